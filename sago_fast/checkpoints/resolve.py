@@ -1,0 +1,114 @@
+"""Find a checkpoint directory, validate its format, and identify it by the hash of its content.
+
+A model is identified by the SHA-256 of its weights, config and tokenizer files, never by its path.
+Only safetensors weights are accepted by default: pickle (``.bin``) checkpoints can execute code on load.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from sago_fast.errors import CheckpointError
+
+log = logging.getLogger(__name__)
+
+CONFIG_FILE = "config.json"
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "tokenizer.model",
+    "vocab.json",
+    "merges.txt",
+)
+_HASH_CHUNK = 8 << 20
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A validated HF-format checkpoint directory."""
+
+    path: Path
+    model_type: str
+    weight_files: tuple[str, ...]
+    content_hash: str  # sha256 hex over config, tokenizer and weight files (names and bytes)
+
+    @property
+    def short_id(self) -> str:
+        return self.content_hash[:16]
+
+
+def _weight_files(path: Path, allow_pickle: bool) -> tuple[str, ...]:
+    safetensors = sorted(p.name for p in path.glob("*.safetensors"))
+    if safetensors:
+        return tuple(safetensors)
+    pickles = sorted(p.name for p in path.glob("*.bin") if "pytorch_model" in p.name or "model" in p.name)
+    if pickles and not allow_pickle:
+        raise CheckpointError(
+            f"{path}: only pickle weights ({pickles[0]}) found; sago loads safetensors only "
+            "(convert the checkpoint, or pass allow_pickle=True / --allow-pickle if you trust it)"
+        )
+    if pickles:
+        return tuple(pickles)
+    raise CheckpointError(f"{path}: no model weights (*.safetensors) in this directory")
+
+
+def content_hash(path: Path, files: list[str]) -> str:
+    """SHA-256 over (file name, size, bytes) of ``files`` in sorted order."""
+    digest = hashlib.sha256()
+    for name in sorted(files):
+        file = path / name
+        digest.update(name.encode() + b"\0" + str(file.stat().st_size).encode() + b"\0")
+        with file.open("rb") as handle:
+            while chunk := handle.read(_HASH_CHUNK):
+                digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _download_from_hub(repo_id: str) -> Path:
+    """Fetch a hub checkpoint (safetensors + config + tokenizer only). Needs network access."""
+    from huggingface_hub import snapshot_download
+
+    try:
+        local = snapshot_download(
+            repo_id, allow_patterns=["*.json", "*.safetensors", "tokenizer.model", "*.txt"]
+        )
+    except Exception as exc:  # hub errors come in many types; report one line
+        raise CheckpointError(f"{repo_id}: not a local directory and not downloadable from the hub ({exc})")
+    return Path(local)
+
+
+def resolve_checkpoint(checkpoint: str | os.PathLike[str], *, allow_pickle: bool = False) -> Checkpoint:
+    """Validate ``checkpoint`` (a directory, or a hub id like ``org/name``) and hash its content."""
+    path = Path(checkpoint).expanduser()
+    if not path.exists():
+        text = str(checkpoint)
+        looks_like_hub_id = text.count("/") == 1 and not text.startswith((".", "/", "~"))
+        if looks_like_hub_id and not os.environ.get("HF_HUB_OFFLINE"):
+            path = _download_from_hub(text)
+        else:
+            raise CheckpointError(f"{checkpoint}: no such checkpoint directory")
+    if not path.is_dir():
+        raise CheckpointError(f"{path}: not a directory (a checkpoint is a directory with config.json)")
+    config_file = path / CONFIG_FILE
+    if not config_file.is_file():
+        raise CheckpointError(f"{path}: no {CONFIG_FILE}; not a Hugging Face checkpoint directory")
+    try:
+        config = json.loads(config_file.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise CheckpointError(f"{config_file}: invalid JSON ({exc})") from None
+    model_type = config.get("model_type")
+    if not isinstance(model_type, str):
+        raise CheckpointError(f"{config_file}: field 'model_type' is missing")
+    weights = _weight_files(path, allow_pickle)
+    if not (path / "tokenizer.json").is_file() and not (path / "tokenizer_config.json").is_file():
+        raise CheckpointError(f"{path}: no tokenizer files (tokenizer.json / tokenizer_config.json)")
+    hashed = [CONFIG_FILE, *weights, *(n for n in TOKENIZER_FILES if (path / n).is_file())]
+    digest = content_hash(path, hashed)
+    log.debug("checkpoint %s: %s, hash %s", path, model_type, digest[:16])
+    return Checkpoint(path=path.resolve(), model_type=model_type, weight_files=weights, content_hash=digest)

@@ -1,0 +1,27 @@
+"""Errors sago_fast raises on purpose. The CLI turns each into one line on stderr and exit code 2."""
+
+from __future__ import annotations
+
+
+class SagoError(Exception):
+    """Base class: a known, user-facing failure (bad input, missing file, unsupported model)."""
+
+
+class CheckpointError(SagoError):
+    """The checkpoint path is missing, is not a checkpoint, or uses a refused format."""
+
+
+class ExportError(SagoError):
+    """The checkpoint could not be exported to ONNX (unsupported architecture, exporter failure)."""
+
+
+class InputError(SagoError):
+    """A text or data record the model cannot take (empty, too long, malformed)."""
+
+
+class DeviceError(SagoError):
+    """The requested execution provider is not available or did not activate."""
+
+
+class StoreError(SagoError):
+    """The results database cannot be opened, is locked, or has an unknown schema."""

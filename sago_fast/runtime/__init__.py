@@ -1,0 +1,1 @@
+"""ONNX Runtime: sessions with verified providers, padding and batching, and the probe."""

@@ -1,0 +1,145 @@
+"""A loaded model: export (cached) + ORT session + tokenizer, with ``probe(texts)``."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from sago_fast.checkpoints.resolve import Checkpoint, resolve_checkpoint
+from sago_fast.errors import InputError
+from sago_fast.exporters.cache import ExportCache, ExportedModel
+from sago_fast.runtime.batching import BatchPolicy, left_pad, plan_batches
+from sago_fast.runtime.session import SessionOptions, open_session, resolve_device
+from sago_fast.types import ExportSettings, ProbeResult
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class SagoModel:
+    """An exported checkpoint opened in ONNX Runtime. Create it with :func:`sago_fast.load_model`."""
+
+    checkpoint: Checkpoint
+    exported: ExportedModel
+    session: Any
+    tokenizer: Any
+    device: str  # "cpu" or "cuda" (resolved)
+    provider: str  # the execution provider that actually runs
+    batch_policy: BatchPolicy = field(default_factory=BatchPolicy)
+
+    @property
+    def model_id(self) -> str:
+        """Content hash of the checkpoint (weights, config, tokenizer)."""
+        return self.checkpoint.content_hash
+
+    @property
+    def n_layers(self) -> int:
+        return int(self.exported.manifest["n_layers"])
+
+    @property
+    def d_model(self) -> int:
+        return int(self.exported.manifest["d_model"])
+
+    @property
+    def max_positions(self) -> int | None:
+        return self.exported.manifest.get("max_positions")
+
+    @property
+    def pad_id(self) -> int:
+        for candidate in (self.tokenizer.pad_token_id, self.tokenizer.eos_token_id):
+            if candidate is not None:
+                return int(candidate)
+        return 0  # masked out: any valid id works
+
+    def tokenize(self, texts: Sequence[str]) -> list[list[int]]:
+        """Token ids with the tokenizer's default encoding; rejects empty and over-long prompts."""
+        if isinstance(texts, str):
+            raise InputError("probe() takes a list of texts, not a single string")
+        for index, text in enumerate(texts):
+            if not isinstance(text, str):
+                raise InputError(f"text {index}: expected a string, got {type(text).__name__}")
+        encoded = self.tokenizer(list(texts), add_special_tokens=True)["input_ids"]
+        limit = self.max_positions
+        for index, ids in enumerate(encoded):
+            if len(ids) == 0:
+                raise InputError(f"text {index}: empty prompt (0 tokens)")
+            if limit is not None and len(ids) > limit:
+                raise InputError(
+                    f"text {index}: {len(ids)} tokens, longer than the model's {limit} positions"
+                )
+        return [list(ids) for ids in encoded]
+
+    def probe(self, texts: Sequence[str]) -> ProbeResult:
+        """Pooled hidden states of every layer and next-token log-probs for each text.
+
+        Batched by similar length under a token budget; results come back in input order and equal
+        probing each text alone (left padding with position ids from the mask).
+        """
+        token_ids = self.tokenize(texts)
+        return self.probe_ids(token_ids)
+
+    def probe_ids(self, token_ids: Sequence[Sequence[int]]) -> ProbeResult:
+        """:meth:`probe` on already tokenised prompts (each non-empty)."""
+        n = len(token_ids)
+        layers, d_model = self.n_layers + 1, self.d_model
+        vocab = int(self.exported.manifest["vocab_size"])
+        hidden_last = np.empty((layers, n, d_model), dtype=np.float32)  # (n_layers + 1, n, d_model)
+        hidden_mean = np.empty((layers, n, d_model), dtype=np.float32)  # (n_layers + 1, n, d_model)
+        next_logprobs = np.empty((n, vocab), dtype=np.float32)  # (n, vocab)
+        lengths = np.array([len(ids) for ids in token_ids], dtype=np.int64)
+        for batch in plan_batches(lengths, self.batch_policy):
+            ids, mask = left_pad([token_ids[i] for i in batch], self.pad_id)
+            last, mean, logp = self.session.run(None, {"input_ids": ids, "attention_mask": mask})
+            hidden_last[:, batch] = last
+            hidden_mean[:, batch] = mean
+            next_logprobs[batch] = logp
+        return ProbeResult(hidden_last, hidden_mean, next_logprobs, lengths)
+
+    def close(self) -> None:
+        """Drop the ORT session so its memory is returned before the next model loads."""
+        self.session = None
+
+    def __enter__(self) -> SagoModel:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def load_model(
+    checkpoint: str | os.PathLike[str],
+    device: str = "cpu",
+    *,
+    dtype: str | None = None,
+    cache_dir: str | os.PathLike[str] | None = None,
+    batch_policy: BatchPolicy | None = None,
+    session_options: SessionOptions | None = None,
+    allow_pickle: bool = False,
+) -> SagoModel:
+    """Export ``checkpoint`` (cached by content) and open it in ONNX Runtime.
+
+    device: "cpu", "cuda" or "auto" (CUDA when it really runs, else CPU).
+    dtype: "fp32" or "fp16"; default fp16 on CUDA and fp32 on CPU.
+    """
+    from transformers import AutoTokenizer
+
+    resolved = resolve_device(device)
+    settings = ExportSettings(dtype=dtype or ("fp16" if resolved == "cuda" else "fp32"))
+    ckpt = resolve_checkpoint(checkpoint, allow_pickle=allow_pickle)
+    exported = ExportCache(cache_dir).get_or_export(ckpt, settings)
+    session, provider = open_session(exported.probe_path, resolved, session_options or SessionOptions())
+    tokenizer = AutoTokenizer.from_pretrained(exported.path)
+    return SagoModel(
+        checkpoint=ckpt,
+        exported=exported,
+        session=session,
+        tokenizer=tokenizer,
+        device=resolved,
+        provider=provider,
+        batch_policy=batch_policy or BatchPolicy(),
+    )

@@ -1,0 +1,46 @@
+"""Frozen records passed between stages, with array shapes written down."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """What one forward pass over a list of prompts returns, in the order the texts were given.
+
+    Layer index 0 is the embedding output and the last index is after the final norm: exactly the
+    ``output_hidden_states`` convention of HF transformers.
+    """
+
+    hidden_last: np.ndarray  # (n_layers + 1, batch, d_model) float32: hidden state at the last prompt token
+    hidden_mean: np.ndarray  # (n_layers + 1, batch, d_model) float32: attention-mask mean over the prompt
+    next_logprobs: np.ndarray  # (batch, vocab) float32: log-softmax of the next-token logits
+    n_tokens: np.ndarray  # (batch,) int64: prompt length in tokens
+
+    @property
+    def batch_size(self) -> int:
+        return int(self.next_logprobs.shape[0])
+
+    @property
+    def n_layers(self) -> int:
+        """Number of transformer blocks (the hidden arrays hold n_layers + 1 entries)."""
+        return int(self.hidden_last.shape[0]) - 1
+
+
+@dataclass(frozen=True)
+class ExportSettings:
+    """How a checkpoint is exported. Part of the export cache key.
+
+    dtype: "fp32" (reference, CPU default) or "fp16" (GPU). Pooled outputs are always float32.
+    opset: ONNX opset; None lets Optimum pick the architecture's default.
+    """
+
+    dtype: str = "fp32"
+    opset: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.dtype not in ("fp32", "fp16"):
+            raise ValueError(f"dtype must be 'fp32' or 'fp16', not {self.dtype!r}")
