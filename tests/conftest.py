@@ -1,0 +1,44 @@
+"""Shared fixtures: tiny checkpoints built locally (no network), an isolated export cache."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from sago_fast.checkpoints.tiny import ARCHITECTURES, build_tiny_checkpoint, train_tokenizer
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--runslow", action="store_true", help="run tests marked slow")
+    parser.addoption("--rungpu", action="store_true", help="run tests marked gpu (needs CUDA)")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if "slow" in item.keywords and not config.getoption("--runslow"):
+            item.add_marker(pytest.mark.skip(reason="slow: pass --runslow"))
+        if "gpu" in item.keywords and not config.getoption("--rungpu"):
+            item.add_marker(pytest.mark.skip(reason="gpu: pass --rungpu on a CUDA machine"))
+
+
+@pytest.fixture(scope="session")
+def tokenizer():
+    return train_tokenizer()
+
+
+@pytest.fixture(scope="session")
+def checkpoints(tmp_path_factory: pytest.TempPathFactory, tokenizer) -> dict[str, Path]:
+    """One tiny random checkpoint per registered architecture."""
+    root = tmp_path_factory.mktemp("checkpoints")
+    return {arch: build_tiny_checkpoint(arch, root / arch, tokenizer=tokenizer) for arch in ARCHITECTURES}
+
+
+@pytest.fixture(scope="session")
+def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A session-wide export cache, so each architecture is exported once for the whole test run."""
+    return tmp_path_factory.mktemp("export-cache")

@@ -1,0 +1,36 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sago_fast.runtime.batching import BatchPolicy, left_pad, plan_batches
+
+
+@pytest.mark.parametrize("budget,max_batch", [(10, 4), (64, 64), (1, 3), (1000, 2)])
+def test_plan_covers_every_index_once_within_budget(budget, max_batch):
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(1, 30, size=57)
+    batches = plan_batches(lengths, BatchPolicy(token_budget=budget, max_batch=max_batch))
+    flat = np.concatenate(batches)
+    assert sorted(flat.tolist()) == list(range(57))
+    for batch in batches:
+        assert len(batch) <= max_batch
+        assert len(batch) == 1 or len(batch) * lengths[batch].max() <= budget
+
+
+def test_batches_group_similar_lengths():
+    lengths = [1, 50, 2, 49, 3, 48]
+    batches = plan_batches(lengths, BatchPolicy(token_budget=150, max_batch=3))
+    assert [sorted(b.tolist()) for b in batches] == [[1, 3, 5], [0, 2, 4]]
+
+
+def test_left_pad():
+    ids, mask = left_pad([[5, 6, 7], [8]], pad_id=0)
+    np.testing.assert_array_equal(ids, [[5, 6, 7], [0, 0, 8]])
+    np.testing.assert_array_equal(mask, [[1, 1, 1], [0, 0, 1]])
+    assert ids.dtype == np.int64 and mask.dtype == np.int64
+
+
+def test_bad_policy():
+    with pytest.raises(ValueError):
+        BatchPolicy(token_budget=0)
