@@ -159,7 +159,7 @@ def build_tiny_checkpoint(
     generator_state = torch.random.get_rng_state()
     try:
         torch.manual_seed(seed)
-        model = AutoModelForCausalLM.from_config(config, torch_dtype=torch.float32)
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     finally:
         torch.random.set_rng_state(generator_state)
     out = Path(out_dir)

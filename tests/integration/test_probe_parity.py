@@ -23,7 +23,7 @@ TOL = 1e-4
 def hf_eager_reference(checkpoint, text):
     """HF eager on the tokenizer's default encoding of one text, pooled the same way."""
     tok = AutoTokenizer.from_pretrained(checkpoint)
-    model = AutoModelForCausalLM.from_pretrained(checkpoint, torch_dtype=torch.float32, attn_implementation="eager")
+    model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32, attn_implementation="eager")
     enc = tok(text, return_tensors="pt")
     with torch.no_grad():
         out = model(**enc, output_hidden_states=True)

@@ -1,0 +1,1 @@
+"""The ``sago`` command line: one module per command, the root only assembles."""

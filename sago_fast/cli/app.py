@@ -1,0 +1,55 @@
+"""Root of the ``sago`` CLI. Known errors end in one stderr line and exit code 2 (``--debug`` for tracebacks)."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Annotated
+
+import typer
+
+from sago_fast.cli import demo, export, probe, query
+
+app = typer.Typer(
+    name="sago",
+    help="sago_fast: measure how stable language models are when the same input is expressed differently.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+app.command("export", help=export.__doc__)(export.export_command)
+app.command("probe", help=probe.__doc__)(probe.probe_command)
+app.command("query", help=query.__doc__)(query.query_command)
+app.command("demo", help=demo.__doc__)(demo.demo_command)
+
+
+@app.callback()
+def root(
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log progress (INFO).")] = False,
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks for errors.")] = False,
+) -> None:
+    logging.basicConfig(
+        level=logging.DEBUG if debug else logging.INFO if verbose else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
+
+
+def main() -> None:
+    """Console-script entry point."""
+    from sago_fast.errors import SagoError
+
+    debug = "--debug" in sys.argv[1:]
+    try:
+        app()
+    except SagoError as exc:
+        if debug:
+            raise
+        print(f"sago: error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        print("sago: interrupted", file=sys.stderr)
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

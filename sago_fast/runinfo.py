@@ -1,0 +1,55 @@
+"""Run metadata: ids, package versions, and the ``runs`` row."""
+
+from __future__ import annotations
+
+import json
+import platform
+import uuid
+from datetime import datetime, timezone
+from importlib import metadata
+from typing import Any
+
+RECORDED_PACKAGES = (
+    "sago_fast",
+    "torch",
+    "transformers",
+    "optimum",
+    "optimum-onnx",
+    "onnx",
+    "onnxruntime-gpu",
+    "numpy",
+    "numba",
+    "duckdb",
+    "scipy",
+)
+
+
+def package_versions() -> dict[str, str]:
+    versions = {"python": platform.python_version()}
+    for name in RECORDED_PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = "absent"
+    return versions
+
+
+def new_run_id() -> str:
+    return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]
+
+
+def run_row(run_id: str, command: str, config: dict[str, Any], device: str, provider: str, status: str) -> dict[str, list[Any]]:
+    """Columns for one ``runs`` row."""
+    from sago_fast import __version__
+
+    return {
+        "run_id": [run_id],
+        "created_at": [datetime.now(timezone.utc).replace(tzinfo=None)],
+        "command": [command],
+        "config_json": [json.dumps(config, sort_keys=True, default=str)],
+        "sago_version": [__version__],
+        "versions_json": [json.dumps(package_versions(), sort_keys=True)],
+        "device": [device],
+        "provider": [provider],
+        "status": [status],
+    }

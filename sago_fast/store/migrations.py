@@ -1,0 +1,128 @@
+"""Numbered schema migrations. The tables and columns are a public interface: only ever add migrations.
+
+Conventions: VARCHAR ids (content hashes), no primary keys on large tables (DuckDB is 5x slower and
+larger with them), lists as DuckDB LIST columns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    description: str
+    sql: str
+
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(
+        1,
+        "core SAGO tables",
+        """
+        CREATE TABLE runs (
+            run_id VARCHAR NOT NULL,
+            created_at TIMESTAMP NOT NULL,
+            command VARCHAR,
+            config_json VARCHAR,
+            sago_version VARCHAR,
+            versions_json VARCHAR,
+            device VARCHAR,
+            provider VARCHAR,
+            status VARCHAR
+        );
+        CREATE TABLE models (
+            model_id VARCHAR NOT NULL,
+            checkpoint VARCHAR,
+            model_type VARCHAR,
+            n_layers INTEGER,
+            d_model INTEGER,
+            vocab_size INTEGER,
+            export_key VARCHAR,
+            dtype VARCHAR
+        );
+        CREATE TABLE datasets (
+            dataset_id VARCHAR NOT NULL,
+            name VARCHAR,
+            source VARCHAR,
+            task_type VARCHAR,
+            n_examples INTEGER
+        );
+        CREATE TABLE examples (
+            dataset_id VARCHAR NOT NULL,
+            example_id VARCHAR NOT NULL,
+            task_type VARCHAR,
+            question VARCHAR,
+            options VARCHAR[],
+            answer_index INTEGER,
+            answers VARCHAR[]
+        );
+        CREATE TABLE variants (
+            dataset_id VARCHAR NOT NULL,
+            example_id VARCHAR NOT NULL,
+            variant_id VARCHAR NOT NULL,
+            family VARCHAR,
+            params_json VARCHAR,
+            is_canonical BOOLEAN,
+            meaning_preserving BOOLEAN,
+            prompt VARCHAR,
+            option_order INTEGER[]
+        );
+        CREATE TABLE outputs (
+            run_id VARCHAR NOT NULL,
+            model_id VARCHAR NOT NULL,
+            dataset_id VARCHAR NOT NULL,
+            example_id VARCHAR NOT NULL,
+            variant_id VARCHAR NOT NULL,
+            replicate INTEGER NOT NULL,
+            n_prompt_tokens INTEGER,
+            answer VARCHAR,
+            answer_index INTEGER,
+            correct BOOLEAN,
+            option_logprobs DOUBLE[],
+            p_gold DOUBLE,
+            entropy DOUBLE,
+            margin DOUBLE,
+            top_token VARCHAR,
+            top_logprob DOUBLE,
+            generation VARCHAR
+        );
+        CREATE TABLE layer_scores (
+            run_id VARCHAR NOT NULL,
+            model_id VARCHAR NOT NULL,
+            dataset_id VARCHAR NOT NULL,
+            example_id VARCHAR NOT NULL,
+            layer INTEGER NOT NULL,
+            pooling VARCHAR,
+            metric VARCHAR,
+            family VARCHAR,
+            value DOUBLE
+        );
+        CREATE TABLE item_scores (
+            run_id VARCHAR NOT NULL,
+            model_id VARCHAR NOT NULL,
+            dataset_id VARCHAR NOT NULL,
+            example_id VARCHAR NOT NULL,
+            axis VARCHAR NOT NULL,
+            metric VARCHAR NOT NULL,
+            family VARCHAR,
+            value DOUBLE
+        );
+        CREATE TABLE model_scores (
+            run_id VARCHAR NOT NULL,
+            model_id VARCHAR NOT NULL,
+            dataset_id VARCHAR NOT NULL,
+            axis VARCHAR NOT NULL,
+            metric VARCHAR NOT NULL,
+            family VARCHAR,
+            estimate DOUBLE,
+            ci_low DOUBLE,
+            ci_high DOUBLE,
+            p_value DOUBLE,
+            p_adjusted DOUBLE,
+            n_items INTEGER
+        );
+        """,
+    ),
+)

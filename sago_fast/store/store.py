@@ -1,0 +1,169 @@
+"""The one store object: open (migrating if needed), insert column batches, query with parameters."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from sago_fast.errors import StoreError
+from sago_fast.store.migrations import MIGRATIONS
+
+log = logging.getLogger(__name__)
+
+SCHEMA_VERSION = MIGRATIONS[-1].version
+MEMORY = ":memory:"
+
+
+def _connect(path: str, read_only: bool) -> Any:
+    import duckdb
+
+    if path != MEMORY and read_only and not Path(path).is_file():
+        raise StoreError(f"{path}: no such database file")
+    try:
+        return duckdb.connect(path, read_only=read_only)
+    except duckdb.IOException as exc:
+        text = str(exc)
+        if "lock" in text.lower():
+            raise StoreError(f"{path}: database is locked by another process ({text.splitlines()[0]})") from None
+        raise StoreError(f"{path}: cannot open database ({text.splitlines()[0]})") from None
+    except duckdb.Error as exc:
+        raise StoreError(f"{path}: not a DuckDB database ({str(exc).splitlines()[0]})") from None
+
+
+def _arrow_column(values: Any) -> Any:
+    """numpy arrays and Arrow arrays go in as they are (zero-copy); other sequences as lists."""
+    import pyarrow as pa
+
+    if isinstance(values, (pa.Array, pa.ChunkedArray)) or hasattr(values, "dtype"):
+        return values
+    return list(values)
+
+
+class Store:
+    """A DuckDB results file (or ``":memory:"`` for tests).
+
+    Opening read-write applies pending migrations in one transaction; opening read-only refuses a file
+    whose schema is older or newer than this version of sago_fast.
+    """
+
+    def __init__(self, path: str | os.PathLike[str] = MEMORY, *, read_only: bool = False) -> None:
+        self.path = str(path)
+        self.read_only = read_only
+        if not read_only and self.path != MEMORY:
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        self.con = _connect(self.path, read_only)
+        version = self.schema_version()
+        if version > SCHEMA_VERSION:
+            self.close()
+            raise StoreError(
+                f"{self.path}: schema version {version} is newer than this sago_fast ({SCHEMA_VERSION}); upgrade sago_fast"
+            )
+        if version < SCHEMA_VERSION:
+            if read_only:
+                self.close()
+                raise StoreError(
+                    f"{self.path}: schema version {version} is older than {SCHEMA_VERSION}; "
+                    "open it once read-write (e.g. `sago run`) to migrate"
+                )
+            self._migrate(version)
+
+    # -- schema -------------------------------------------------------------------------------------
+    def schema_version(self) -> int:
+        exists = self.con.execute(
+            "SELECT count(*) FROM information_schema.tables WHERE table_name = 'schema_version'"
+        ).fetchone()[0]
+        if not exists:
+            return 0
+        row = self.con.execute("SELECT max(version) FROM schema_version").fetchone()
+        return int(row[0] or 0)
+
+    def _migrate(self, current: int) -> None:
+        with self.transaction():
+            self.con.execute(
+                "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER, description VARCHAR, applied_at TIMESTAMP)"
+            )
+            for migration in MIGRATIONS:
+                if migration.version > current:
+                    log.info("migrating %s to schema %d: %s", self.path, migration.version, migration.description)
+                    self.con.execute(migration.sql)
+                    self.con.execute(
+                        "INSERT INTO schema_version VALUES ($v, $d, now())",
+                        {"v": migration.version, "d": migration.description},
+                    )
+
+    def tables(self) -> list[str]:
+        rows = self.con.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = 'main' ORDER BY table_name"
+        ).fetchall()
+        return [r[0] for r in rows]
+
+    def columns(self, table: str) -> list[str]:
+        rows = self.con.execute(
+            "SELECT column_name FROM information_schema.columns WHERE table_name = $t ORDER BY ordinal_position",
+            {"t": table},
+        ).fetchall()
+        return [r[0] for r in rows]
+
+    # -- writing ------------------------------------------------------------------------------------
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        """Everything inside commits together or not at all."""
+        self.con.execute("BEGIN TRANSACTION")
+        try:
+            yield
+        except BaseException:
+            self.con.execute("ROLLBACK")
+            raise
+        self.con.execute("COMMIT")
+
+    def insert(self, table: str, columns: Mapping[str, Sequence[Any] | Any]) -> int:
+        """Append rows given as equal-length columns (lists or numpy arrays) in one set-based INSERT.
+
+        Table and column names are checked against the schema (never interpolated unchecked).
+        Returns the number of rows inserted.
+        """
+        import pyarrow as pa
+
+        known = self.columns(table)
+        if not known:
+            raise StoreError(f"unknown table {table!r}")
+        unknown = [c for c in columns if c not in known]
+        if unknown:
+            raise StoreError(f"table {table!r} has no column(s) {', '.join(unknown)}")
+        arrow = pa.table({name: _arrow_column(values) for name, values in columns.items()})
+        if arrow.num_rows == 0:
+            return 0
+        view = "_sago_insert_batch"
+        self.con.register(view, arrow)
+        try:
+            names = ", ".join(f'"{c}"' for c in columns)  # whitelisted above
+            self.con.execute(f'INSERT INTO "{table}" ({names}) SELECT {names} FROM {view}')
+        finally:
+            self.con.unregister(view)
+        return arrow.num_rows
+
+    # -- reading ------------------------------------------------------------------------------------
+    def query(self, sql: str, params: Mapping[str, Any] | Sequence[Any] | None = None) -> tuple[list[str], list[tuple[Any, ...]]]:
+        """Run ``sql`` with bound ``params`` (``$name`` or ``?``); returns (column names, rows)."""
+        import duckdb
+
+        try:
+            cursor = self.con.execute(sql, params) if params is not None else self.con.execute(sql)
+        except duckdb.Error as exc:
+            raise StoreError(f"SQL error: {str(exc).splitlines()[0]}") from None
+        if cursor.description is None:
+            return [], []
+        return [d[0] for d in cursor.description], cursor.fetchall()
+
+    def close(self) -> None:
+        self.con.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

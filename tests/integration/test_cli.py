@@ -1,0 +1,160 @@
+"""The CLI: help for every command, one-line errors with non-zero exit, export/probe/query/demo end to end."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from sago_fast.cli.app import app
+
+runner = CliRunner()
+
+
+def sago(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run the real console entry point in a subprocess (errors are handled in main())."""
+    return subprocess.run(
+        [sys.executable, "-m", "sago_fast.cli.app", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        timeout=300,
+    )
+
+
+def test_every_command_has_help():
+    result = runner.invoke(app, ["--help"])
+    assert result.exit_code == 0
+    commands = [c.name for c in app.registered_commands]
+    assert {"export", "query", "demo", "probe"} <= set(commands)
+    for name in commands:
+        sub = runner.invoke(app, [name, "--help"])
+        assert sub.exit_code == 0, name
+        assert "Usage" in sub.output
+
+
+def _assert_one_line_error(proc: subprocess.CompletedProcess, fragment: str) -> None:
+    assert proc.returncode != 0
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    errors = [line for line in lines if line.startswith("sago: error:")]
+    assert len(errors) == 1, proc.stderr
+    assert fragment in errors[0], errors[0]
+    assert "Traceback" not in proc.stderr
+
+
+def test_export_errors(tmp_path, checkpoints, tokenizer):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    pickled = tmp_path / "pickled"
+    shutil.copytree(checkpoints["gpt2"], pickled)
+    import torch
+    from safetensors.torch import load_file
+
+    torch.save(load_file(str(pickled / "model.safetensors")), pickled / "pytorch_model.bin")
+    (pickled / "model.safetensors").unlink()
+    out = tmp_path / "out"
+    cache = tmp_path / "cache"
+    for target, fragment in [
+        (tmp_path / "missing", "no such checkpoint"),
+        (empty, "no config.json"),
+        (pickled, "safetensors only"),
+    ]:
+        proc = sago("export", str(target), "-o", str(out), "--cache-dir", str(cache))
+        _assert_one_line_error(proc, fragment)
+        assert not out.exists()
+
+
+def test_export_unsupported_architecture(tmp_path, tokenizer):
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    path = tmp_path / "mamba"
+    config = AutoConfig.for_model("mamba", vocab_size=len(tokenizer), hidden_size=16, num_hidden_layers=1, state_size=4)
+    AutoModelForCausalLM.from_config(config).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    cache = tmp_path / "cache"
+    proc = sago("export", str(path), "-o", str(tmp_path / "out"), "--cache-dir", str(cache))
+    _assert_one_line_error(proc, "cannot be exported")
+    assert not (tmp_path / "out").exists()
+    assert not [p for p in cache.iterdir() if p.is_dir()] if cache.exists() else True
+
+
+def test_export_then_reuse(tmp_path, checkpoints):
+    cache = tmp_path / "cache"
+    first = sago("export", str(checkpoints["phi3"]), "-o", str(tmp_path / "a"), "--cache-dir", str(cache))
+    assert first.returncode == 0, first.stderr
+    assert "cache hit" not in first.stdout
+    second = sago("export", str(checkpoints["phi3"]), "-o", str(tmp_path / "b"), "--cache-dir", str(cache))
+    assert "cache hit" in second.stdout
+    manifest = json.loads((tmp_path / "b" / "manifest.json").read_text())
+    assert manifest["model_type"] == "phi3" and (tmp_path / "b" / "probe.onnx").is_file()
+
+
+def test_probe_bad_texts(checkpoints, cache_dir):
+    ckpt = str(checkpoints["llama"])
+    _assert_one_line_error(sago("probe", ckpt, "ok", "", "--cache-dir", str(cache_dir)), "empty prompt")
+    _assert_one_line_error(
+        sago("probe", ckpt, "word " * 300, "--cache-dir", str(cache_dir)), "longer than the model's 128 positions"
+    )
+
+
+def test_demo_then_query(tmp_path):
+    out = tmp_path / "demo"
+    proc = sago("demo", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    db = out / "sago.duckdb"
+    assert f"results: {db.resolve()}" in proc.stdout
+    as_json = sago("query", "--db", str(db), "--format", "json", "SELECT count(*) AS n FROM outputs")
+    assert json.loads(as_json.stdout) == [{"n": 5}]
+    as_csv = sago("query", "--db", str(db), "-f", "csv", "SELECT example_id FROM examples ORDER BY 1 LIMIT 2")
+    assert as_csv.stdout.splitlines() == ["example_id", "add-1", "add-2"]
+    _assert_one_line_error(sago("query", "--db", str(db), "SELEC nonsense"), "SQL error")
+    _assert_one_line_error(sago("query", "--db", str(tmp_path / "nope.duckdb"), "SELECT 1"), "no such database")
+
+
+def test_query_is_read_only(tmp_path):
+    from sago_fast.store import Store
+
+    db = tmp_path / "x.duckdb"
+    Store(db).close()
+    proc = sago("query", "--db", str(db), "DELETE FROM runs")
+    assert proc.returncode != 0
+    assert "read-only" in proc.stderr.lower() or "read only" in proc.stderr.lower()
+
+
+def test_locked_database_is_a_clear_error(tmp_path):
+    from sago_fast.store import Store
+
+    db = tmp_path / "locked.duckdb"
+    Store(db).close()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", f"import duckdb,time; c=duckdb.connect({str(db)!r}); print('ok', flush=True); time.sleep(30)"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "ok"
+        _assert_one_line_error(sago("query", "--db", str(db), "SELECT 1"), "locked")
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+@pytest.mark.parametrize("fmt", ["xml"])
+def test_bad_format(tmp_path, fmt):
+    db = tmp_path / "x.duckdb"
+    from sago_fast.store import Store
+
+    Store(db).close()
+    _assert_one_line_error(sago("query", "--db", str(db), "-f", fmt, "SELECT 1"), "--format")
+
+
+def test_cli_module_is_light():
+    """Importing the CLI must not import torch/transformers (they cost seconds)."""
+    code = "import sys, sago_fast.cli.app; print(any(m in sys.modules for m in ('torch', 'transformers', 'onnxruntime')))"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.stdout.strip() == "False"
