@@ -73,7 +73,9 @@ def run_demo(config: DemoConfig = DemoConfig()) -> DemoResult:
     variant_ids = [hashlib.sha256(p.encode()).hexdigest()[:16] for p in prompts]
     db_path = config.out_dir / "sago.duckdb"
     with Store(db_path) as store, store.transaction():
-        store.insert("runs", run_row(run_id, "demo", {"arch": config.arch}, model.device, model.provider, "done"))
+        store.insert(
+            "runs", run_row(run_id, "demo", {"arch": config.arch}, model.device, model.provider, "done")
+        )
         manifest = model.exported.manifest
         store.insert(
             "models",
@@ -90,8 +92,13 @@ def run_demo(config: DemoConfig = DemoConfig()) -> DemoResult:
         )
         store.insert(
             "datasets",
-            {"dataset_id": [DEMO_DATASET], "name": [DEMO_DATASET], "source": ["built-in"],
-             "task_type": ["multiple_choice"], "n_examples": [n]},
+            {
+                "dataset_id": [DEMO_DATASET],
+                "name": [DEMO_DATASET],
+                "source": ["built-in"],
+                "task_type": ["multiple_choice"],
+                "n_examples": [n],
+            },
         )
         store.insert(
             "examples",
@@ -134,4 +141,6 @@ def run_demo(config: DemoConfig = DemoConfig()) -> DemoResult:
             },
         )
     model.close()
-    return DemoResult(db_path=db_path, run_id=run_id, model_id=model.model_id, n_outputs=n, provider=model.provider)
+    return DemoResult(
+        db_path=db_path, run_id=run_id, model_id=model.model_id, n_outputs=n, provider=model.provider
+    )

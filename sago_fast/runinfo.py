@@ -38,7 +38,9 @@ def new_run_id() -> str:
     return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]
 
 
-def run_row(run_id: str, command: str, config: dict[str, Any], device: str, provider: str, status: str) -> dict[str, list[Any]]:
+def run_row(
+    run_id: str, command: str, config: dict[str, Any], device: str, provider: str, status: str
+) -> dict[str, list[Any]]:
     """Columns for one ``runs`` row."""
     from sago_fast import __version__
 

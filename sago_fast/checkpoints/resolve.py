@@ -79,7 +79,9 @@ def _download_from_hub(repo_id: str) -> Path:
             repo_id, allow_patterns=["*.json", "*.safetensors", "tokenizer.model", "*.txt"]
         )
     except Exception as exc:  # hub errors come in many types; report one line
-        raise CheckpointError(f"{repo_id}: not a local directory and not downloadable from the hub ({exc})")
+        raise CheckpointError(
+            f"{repo_id}: not a local directory and not downloadable from the hub ({exc})"
+        ) from None
     return Path(local)
 
 

@@ -40,7 +40,9 @@ class TinySize:
     @classmethod
     def bench_50m(cls) -> TinySize:
         """~56M-parameter Llama-style dimensions (hidden 512, 8 layers, vocab 32k) for benchmarks."""
-        return cls(hidden=512, layers=8, heads=8, kv_heads=8, intermediate=1408, max_positions=2048, vocab_size=32000)
+        return cls(
+            hidden=512, layers=8, heads=8, kv_heads=8, intermediate=1408, max_positions=2048, vocab_size=32000
+        )
 
 
 ConfigFactory = Callable[[TinySize, int], dict[str, Any]]

@@ -11,9 +11,9 @@ from sago_fast.cli.options import DeviceOpt
 
 
 def demo_command(
-    out: Annotated[Path, typer.Option("--out", "-o", help="Folder for the checkpoint, exports and database.")] = Path(
-        "sago_out/demo"
-    ),
+    out: Annotated[
+        Path, typer.Option("--out", "-o", help="Folder for the checkpoint, exports and database.")
+    ] = Path("sago_out/demo"),
     device: DeviceOpt = "cpu",
 ) -> None:
     from sago_fast.cli.query import render_table

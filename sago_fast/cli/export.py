@@ -11,11 +11,15 @@ from sago_fast.cli.options import CacheDirOpt, DtypeOpt
 
 
 def export_command(
-    checkpoint: Annotated[str, typer.Argument(help="Checkpoint directory (HF format, safetensors) or hub id.")],
+    checkpoint: Annotated[
+        str, typer.Argument(help="Checkpoint directory (HF format, safetensors) or hub id.")
+    ],
     out: Annotated[Path, typer.Option("--out", "-o", help="Directory to write the export to.")],
     dtype: DtypeOpt = "fp32",
     cache_dir: CacheDirOpt = None,
-    allow_pickle: Annotated[bool, typer.Option(help="Accept pickle (.bin) weights. Only for trusted files.")] = False,
+    allow_pickle: Annotated[
+        bool, typer.Option(help="Accept pickle (.bin) weights. Only for trusted files.")
+    ] = False,
 ) -> None:
     from sago_fast.checkpoints.resolve import resolve_checkpoint
     from sago_fast.errors import SagoError
@@ -32,6 +36,5 @@ def export_command(
     manifest = exported.manifest
     typer.echo(
         f"exported {ckpt.path} ({manifest['model_type']}, {manifest['n_layers']} layers, d_model "
-        f"{manifest['d_model']}, {settings.dtype}) -> {target}"
-        + (" [cache hit]" if exported.reused else "")
+        f"{manifest['d_model']}, {settings.dtype}) -> {target}" + (" [cache hit]" if exported.reused else "")
     )

@@ -12,7 +12,9 @@ from sago_fast.cli.options import CacheDirOpt, DeviceOpt
 
 
 def probe_command(
-    checkpoint: Annotated[str, typer.Argument(help="Checkpoint directory (HF format, safetensors) or hub id.")],
+    checkpoint: Annotated[
+        str, typer.Argument(help="Checkpoint directory (HF format, safetensors) or hub id.")
+    ],
     texts: Annotated[list[str], typer.Argument(help="Prompts to probe.")],
     device: DeviceOpt = "cpu",
     cache_dir: CacheDirOpt = None,
@@ -29,7 +31,7 @@ def probe_command(
         f"{model.provider}: hidden_last/hidden_mean {tuple(result.hidden_last.shape)}, "
         f"next_logprobs {tuple(result.next_logprobs.shape)}"
     )
-    for i, text in enumerate(texts):
+    for i in range(len(texts)):
         best = np.argsort(-result.next_logprobs[i])[:top_k]
         shown = ", ".join(
             f"{json.dumps(model.tokenizer.decode([int(t)]))} {result.next_logprobs[i, t]:.3f}" for t in best
@@ -40,6 +42,11 @@ def probe_command(
 
         with atomic_path(save) as tmp:
             with open(tmp, "wb") as handle:
-                np.savez(handle, hidden_last=result.hidden_last, hidden_mean=result.hidden_mean,
-                         next_logprobs=result.next_logprobs, n_tokens=result.n_tokens)
+                np.savez(
+                    handle,
+                    hidden_last=result.hidden_last,
+                    hidden_mean=result.hidden_mean,
+                    next_logprobs=result.next_logprobs,
+                    n_tokens=result.n_tokens,
+                )
         typer.echo(f"saved {save}")

@@ -33,7 +33,7 @@ def render_table(columns: list[str], rows: list[tuple[Any, ...]], max_width: int
 
 
 def query_command(
-    sql: Annotated[str, typer.Argument(help="SQL to run, e.g. \"SELECT * FROM models\".")],
+    sql: Annotated[str, typer.Argument(help='SQL to run, e.g. "SELECT * FROM models".')],
     db: DbOpt,
     fmt: Annotated[str, typer.Option("--format", "-f", help="table, csv or json.")] = "table",
 ) -> None:

@@ -85,7 +85,9 @@ class ExportCache:
     def entry_path(self, key: str) -> Path:
         return self.root / key
 
-    def get_or_export(self, checkpoint: Checkpoint, settings: ExportSettings = ExportSettings()) -> ExportedModel:
+    def get_or_export(
+        self, checkpoint: Checkpoint, settings: ExportSettings = ExportSettings()
+    ) -> ExportedModel:
         key = export_key(checkpoint, settings)
         final = self.entry_path(key)
         manifest = _read_entry(final)

@@ -29,7 +29,9 @@ def _max_positions(config: Any) -> int | None:
     return None
 
 
-def export_checkpoint(checkpoint: Checkpoint, out_dir: Path, settings: ExportSettings, key: str) -> dict[str, Any]:
+def export_checkpoint(
+    checkpoint: Checkpoint, out_dir: Path, settings: ExportSettings, key: str
+) -> dict[str, Any]:
     """Export ``checkpoint`` to ``out_dir`` (which must be empty or absent); returns the manifest.
 
     Writes ``probe.onnx`` (+ external data for large models), the tokenizer and config files, and
@@ -53,7 +55,9 @@ def export_checkpoint(checkpoint: Checkpoint, out_dir: Path, settings: ExportSet
         with warnings.catch_warnings():
             # the TorchScript tracer warns about every Python branch it freezes; parity tests cover them
             warnings.simplefilter("ignore")
-            optimum_export(model, config, out_dir / PROBE_FILE, opset=settings.opset, disable_dynamic_axes_fix=True)
+            optimum_export(
+                model, config, out_dir / PROBE_FILE, opset=settings.opset, disable_dynamic_axes_fix=True
+            )
     except Exception as exc:
         raise ExportError(f"{checkpoint.path}: ONNX export failed ({type(exc).__name__}: {exc})") from exc
 

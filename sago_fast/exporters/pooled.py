@@ -28,7 +28,9 @@ INPUT_NAMES = ("input_ids", "attention_mask")
 OUTPUT_NAMES = ("hidden_last", "hidden_mean", "next_logprobs")
 
 
-def pooled_forward(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> dict[str, torch.Tensor]:
+def pooled_forward(
+    model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor
+) -> dict[str, torch.Tensor]:
     """Run ``model`` and pool every layer's hidden states with the attention mask (eager reference too)."""
     mask = attention_mask.to(torch.int64)  # (batch, seq)
     position_ids = (mask.cumsum(-1) - 1).clamp(min=0)  # (batch, seq)

@@ -24,7 +24,9 @@ class BatchPolicy:
             raise ValueError("token_budget and max_batch must be positive")
 
 
-def plan_batches(lengths: Sequence[int] | np.ndarray, policy: BatchPolicy = BatchPolicy()) -> list[np.ndarray]:
+def plan_batches(
+    lengths: Sequence[int] | np.ndarray, policy: BatchPolicy = BatchPolicy()
+) -> list[np.ndarray]:
     """Group prompt indices into batches of similar length within the token budget.
 
     Prompts are sorted by length (longest first, stable), then cut greedily so that

@@ -71,7 +71,9 @@ def open_session(path: Path, device: str, options: SessionOptions = SessionOptio
     so.intra_op_num_threads = options.intra_op_threads
     so.log_severity_level = 3
     if device == "cuda" and not cuda_provider_listed():
-        raise DeviceError("device 'cuda' asked, but this onnxruntime has no CUDAExecutionProvider (install onnxruntime-gpu)")
+        raise DeviceError(
+            "device 'cuda' asked, but this onnxruntime has no CUDAExecutionProvider (install onnxruntime-gpu)"
+        )
     try:
         session = ort.InferenceSession(str(path), sess_options=so, providers=providers_for(device))
     except Exception as exc:

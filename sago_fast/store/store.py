@@ -28,7 +28,9 @@ def _connect(path: str, read_only: bool) -> Any:
     except duckdb.IOException as exc:
         text = str(exc)
         if "lock" in text.lower():
-            raise StoreError(f"{path}: database is locked by another process ({text.splitlines()[0]})") from None
+            raise StoreError(
+                f"{path}: database is locked by another process ({text.splitlines()[0]})"
+            ) from None
         raise StoreError(f"{path}: cannot open database ({text.splitlines()[0]})") from None
     except duckdb.Error as exc:
         raise StoreError(f"{path}: not a DuckDB database ({str(exc).splitlines()[0]})") from None
@@ -88,7 +90,9 @@ class Store:
             )
             for migration in MIGRATIONS:
                 if migration.version > current:
-                    log.info("migrating %s to schema %d: %s", self.path, migration.version, migration.description)
+                    log.info(
+                        "migrating %s to schema %d: %s", self.path, migration.version, migration.description
+                    )
                     self.con.execute(migration.sql)
                     self.con.execute(
                         "INSERT INTO schema_version VALUES ($v, $d, now())",
@@ -147,7 +151,9 @@ class Store:
         return arrow.num_rows
 
     # -- reading ------------------------------------------------------------------------------------
-    def query(self, sql: str, params: Mapping[str, Any] | Sequence[Any] | None = None) -> tuple[list[str], list[tuple[Any, ...]]]:
+    def query(
+        self, sql: str, params: Mapping[str, Any] | Sequence[Any] | None = None
+    ) -> tuple[list[str], list[tuple[Any, ...]]]:
         """Run ``sql`` with bound ``params`` (``$name`` or ``?``); returns (column names, rows)."""
         import duckdb
 

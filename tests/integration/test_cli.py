@@ -73,7 +73,9 @@ def test_export_unsupported_architecture(tmp_path, tokenizer):
     from transformers import AutoConfig, AutoModelForCausalLM
 
     path = tmp_path / "mamba"
-    config = AutoConfig.for_model("mamba", vocab_size=len(tokenizer), hidden_size=16, num_hidden_layers=1, state_size=4)
+    config = AutoConfig.for_model(
+        "mamba", vocab_size=len(tokenizer), hidden_size=16, num_hidden_layers=1, state_size=4
+    )
     AutoModelForCausalLM.from_config(config).save_pretrained(path)
     tokenizer.save_pretrained(path)
     cache = tmp_path / "cache"
@@ -98,7 +100,8 @@ def test_probe_bad_texts(checkpoints, cache_dir):
     ckpt = str(checkpoints["llama"])
     _assert_one_line_error(sago("probe", ckpt, "ok", "", "--cache-dir", str(cache_dir)), "empty prompt")
     _assert_one_line_error(
-        sago("probe", ckpt, "word " * 300, "--cache-dir", str(cache_dir)), "longer than the model's 128 positions"
+        sago("probe", ckpt, "word " * 300, "--cache-dir", str(cache_dir)),
+        "longer than the model's 128 positions",
     )
 
 
@@ -113,7 +116,9 @@ def test_demo_then_query(tmp_path):
     as_csv = sago("query", "--db", str(db), "-f", "csv", "SELECT example_id FROM examples ORDER BY 1 LIMIT 2")
     assert as_csv.stdout.splitlines() == ["example_id", "add-1", "add-2"]
     _assert_one_line_error(sago("query", "--db", str(db), "SELEC nonsense"), "SQL error")
-    _assert_one_line_error(sago("query", "--db", str(tmp_path / "nope.duckdb"), "SELECT 1"), "no such database")
+    _assert_one_line_error(
+        sago("query", "--db", str(tmp_path / "nope.duckdb"), "SELECT 1"), "no such database"
+    )
 
 
 def test_query_is_read_only(tmp_path):
@@ -132,7 +137,11 @@ def test_locked_database_is_a_clear_error(tmp_path):
     db = tmp_path / "locked.duckdb"
     Store(db).close()
     holder = subprocess.Popen(
-        [sys.executable, "-c", f"import duckdb,time; c=duckdb.connect({str(db)!r}); print('ok', flush=True); time.sleep(30)"],
+        [
+            sys.executable,
+            "-c",
+            f"import duckdb,time; c=duckdb.connect({str(db)!r}); print('ok', flush=True); time.sleep(30)",
+        ],
         stdout=subprocess.PIPE,
         text=True,
     )

@@ -45,7 +45,9 @@ def test_changing_one_weight_changes_the_key(checkpoints, tmp_path):
     assert before.content_hash != after.content_hash
     assert export_key(before, ExportSettings()) != export_key(after, ExportSettings())
     # the key ignores the path: the same content elsewhere has the same key
-    assert export_key(resolve_checkpoint(checkpoints["llama"]), ExportSettings()) == export_key(before, ExportSettings())
+    assert export_key(resolve_checkpoint(checkpoints["llama"]), ExportSettings()) == export_key(
+        before, ExportSettings()
+    )
     # and depends on the export settings
     assert export_key(before, ExportSettings(dtype="fp16")) != export_key(before, ExportSettings())
 

@@ -61,7 +61,9 @@ def test_probe_matches_hf_eager_and_alone(arch, checkpoints, cache_dir):
 def test_graph_outputs_have_no_sequence_axis(arch, checkpoints, cache_dir):
     model = sago_fast.load_model(checkpoints[arch], cache_dir=cache_dir)
     graph = onnx.load(str(model.exported.probe_path), load_external_data=False).graph
-    shapes = {o.name: [d.dim_param or d.dim_value for d in o.type.tensor_type.shape.dim] for o in graph.output}
+    shapes = {
+        o.name: [d.dim_param or d.dim_value for d in o.type.tensor_type.shape.dim] for o in graph.output
+    }
     assert set(shapes) == {"hidden_last", "hidden_mean", "next_logprobs"}
     assert shapes["hidden_last"] == [model.n_layers + 1, "batch_size", model.d_model]
     assert shapes["hidden_mean"] == [model.n_layers + 1, "batch_size", model.d_model]

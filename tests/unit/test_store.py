@@ -8,7 +8,17 @@ from sago_fast.errors import StoreError
 from sago_fast.store import SCHEMA_VERSION, Store
 from sago_fast.store.migrations import MIGRATIONS
 
-SPEC_TABLES = {"runs", "models", "datasets", "examples", "variants", "outputs", "layer_scores", "item_scores", "model_scores"}
+SPEC_TABLES = {
+    "runs",
+    "models",
+    "datasets",
+    "examples",
+    "variants",
+    "outputs",
+    "layer_scores",
+    "item_scores",
+    "model_scores",
+}
 
 
 def test_fresh_store_has_spec_tables_and_version():
@@ -32,7 +42,9 @@ def test_insert_is_set_based_and_checks_names():
             },
         )
         assert n == 3
-        cols, rows = store.query("SELECT example_id FROM item_scores WHERE value >= $v ORDER BY 1", {"v": 0.5})
+        cols, rows = store.query(
+            "SELECT example_id FROM item_scores WHERE value >= $v ORDER BY 1", {"v": 0.5}
+        )
         assert cols == ["example_id"] and rows == [("b",), ("c",)]
         with pytest.raises(StoreError, match="no column"):
             store.insert("item_scores", {"bogus; DROP TABLE runs": [1]})
