@@ -89,6 +89,7 @@ def run_demo(config: DemoConfig = DemoConfig()) -> DemoResult:
                 "export_key": [manifest["key"]],
                 "dtype": [manifest["dtype"]],
             },
+            key=("model_id", "export_key"),
         )
         store.insert(
             "datasets",
@@ -99,6 +100,7 @@ def run_demo(config: DemoConfig = DemoConfig()) -> DemoResult:
                 "task_type": ["multiple_choice"],
                 "n_examples": [n],
             },
+            key=("dataset_id",),
         )
         store.insert(
             "examples",
@@ -110,6 +112,7 @@ def run_demo(config: DemoConfig = DemoConfig()) -> DemoResult:
                 "options": [list(e[2]) for e in DEMO_EXAMPLES],
                 "answer_index": [e[3] for e in DEMO_EXAMPLES],
             },
+            key=("dataset_id", "example_id"),
         )
         store.insert(
             "variants",
@@ -124,6 +127,7 @@ def run_demo(config: DemoConfig = DemoConfig()) -> DemoResult:
                 "prompt": prompts,
                 "option_order": [list(range(len(e[2]))) for e in DEMO_EXAMPLES],
             },
+            key=("dataset_id", "variant_id"),
         )
         store.insert(
             "outputs",

@@ -124,18 +124,19 @@ class Store:
             raise
         self.con.execute("COMMIT")
 
-    def insert(self, table: str, columns: Mapping[str, Sequence[Any] | Any]) -> int:
+    def insert(self, table: str, columns: Mapping[str, Sequence[Any] | Any], *, key: Sequence[str] = ()) -> int:
         """Append rows given as equal-length columns (lists or numpy arrays) in one set-based INSERT.
 
-        Table and column names are checked against the schema (never interpolated unchecked).
-        Returns the number of rows inserted.
+        key: columns identifying a row; rows whose key is already in the table are skipped (idempotent
+        writes of models, datasets, ...). Table and column names are checked against the schema (never
+        interpolated unchecked). Returns the number of rows given.
         """
         import pyarrow as pa
 
         known = self.columns(table)
         if not known:
             raise StoreError(f"unknown table {table!r}")
-        unknown = [c for c in columns if c not in known]
+        unknown = [c for c in [*columns, *key] if c not in known or (c in key and c not in columns)]
         if unknown:
             raise StoreError(f"table {table!r} has no column(s) {', '.join(unknown)}")
         arrow = pa.table({name: _arrow_column(values) for name, values in columns.items()})
@@ -145,7 +146,11 @@ class Store:
         self.con.register(view, arrow)
         try:
             names = ", ".join(f'"{c}"' for c in columns)  # whitelisted above
-            self.con.execute(f'INSERT INTO "{table}" ({names}) SELECT {names} FROM {view}')
+            sql = f'INSERT INTO "{table}" ({names}) SELECT {names} FROM {view} AS new'
+            if key:
+                match = " AND ".join(f'old."{c}" IS NOT DISTINCT FROM new."{c}"' for c in key)
+                sql += f' WHERE NOT EXISTS (SELECT 1 FROM "{table}" AS old WHERE {match})'
+            self.con.execute(sql)
         finally:
             self.con.unregister(view)
         return arrow.num_rows

@@ -91,3 +91,13 @@ def test_missing_and_bad_files(tmp_path):
 def test_sql_error_is_one_line():
     with Store() as store, pytest.raises(StoreError, match="SQL error"):
         store.query("SELEC 1")
+
+
+def test_keyed_insert_is_idempotent():
+    with Store() as store:
+        rows = {"dataset_id": ["a", "b"], "name": ["A", "B"]}
+        store.insert("datasets", rows, key=("dataset_id",))
+        store.insert("datasets", {"dataset_id": ["b", "c"], "name": ["B", "C"]}, key=("dataset_id",))
+        assert store.query("SELECT dataset_id FROM datasets ORDER BY 1")[1] == [("a",), ("b",), ("c",)]
+        with pytest.raises(StoreError, match="no column"):
+            store.insert("datasets", {"name": ["x"]}, key=("dataset_id",))
