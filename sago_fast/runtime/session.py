@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import logging
+import os
+import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,25 +34,77 @@ class SessionOptions:
 
 
 def cuda_provider_listed() -> bool:
+    """Whether ORT lists the CUDA provider (it may still be unable to load it)."""
     import onnxruntime as ort
 
     return CUDA_EP in ort.get_available_providers()
 
 
+@contextlib.contextmanager
+def _native_stderr_silenced() -> Iterator[None]:
+    """Point file descriptor 2 at /dev/null for the duration (C++ libraries write there directly)."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+
+
+@functools.lru_cache(maxsize=1)
+def cuda_runs() -> tuple[bool, str]:
+    """Open a one-node graph on the CUDA provider and check that it really runs there.
+
+    ``onnxruntime-gpu`` lists CUDAExecutionProvider even where CUDA cannot load, and a session asked for
+    CUDA then silently runs on CPU; this probe costs milliseconds and answers before any export work.
+    Returns (ok, reason).
+    """
+    if not cuda_provider_listed():
+        return False, "this onnxruntime has no CUDAExecutionProvider (install onnxruntime-gpu)"
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    node = helper.make_node("Identity", ["x"], ["y"])
+    graph = helper.make_graph(
+        [node],
+        "cuda_check",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    so = ort.SessionOptions()
+    so.log_severity_level = 4
+    try:
+        with _native_stderr_silenced():  # ORT's C++ logger prints the failed CUDA load; we report it once
+            session = ort.InferenceSession(
+                model.SerializeToString(), sess_options=so, providers=providers_for("cuda")
+            )
+    except Exception as exc:
+        return False, f"ONNX Runtime could not create a CUDA session ({str(exc).splitlines()[0]})"
+    active = session.get_providers()[0]
+    if active != CUDA_EP:
+        return False, f"ONNX Runtime falls back to {active} (CUDA/cuDNN libraries not loadable or no GPU)"
+    return True, "ok"
+
+
 def resolve_device(device: str) -> str:
-    """Map ``auto`` to ``cuda`` when the CUDA provider is listed and a GPU is visible, else ``cpu``."""
+    """``cpu`` stays; ``cuda`` must really run (else DeviceError); ``auto`` is cuda when it runs, else cpu."""
     if device not in DEVICES:
         raise DeviceError(f"device must be one of {', '.join(DEVICES)}, not {device!r}")
-    if device != "auto":
+    if device == "cpu":
         return device
-    if not cuda_provider_listed():
-        return "cpu"
-    try:
-        import torch
-
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    except ImportError:  # pragma: no cover - torch is a dependency
-        return "cuda"
+    ok, reason = cuda_runs()
+    if device == "cuda" and not ok:
+        raise DeviceError(f"device 'cuda' asked, but {reason}")
+    if device == "auto":
+        if not ok:
+            log.info("device auto: using CPU (%s)", reason)
+        return "cuda" if ok else "cpu"
+    return device
 
 
 def providers_for(device: str) -> list[str]:

@@ -124,7 +124,9 @@ class Store:
             raise
         self.con.execute("COMMIT")
 
-    def insert(self, table: str, columns: Mapping[str, Sequence[Any] | Any], *, key: Sequence[str] = ()) -> int:
+    def insert(
+        self, table: str, columns: Mapping[str, Sequence[Any] | Any], *, key: Sequence[str] = ()
+    ) -> int:
         """Append rows given as equal-length columns (lists or numpy arrays) in one set-based INSERT.
 
         key: columns identifying a row; rows whose key is already in the table are skipped (idempotent

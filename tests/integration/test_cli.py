@@ -167,3 +167,14 @@ def test_cli_module_is_light():
     code = "import sys, sago_fast.cli.app; print(any(m in sys.modules for m in ('torch', 'transformers', 'onnxruntime')))"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.stdout.strip() == "False"
+
+
+def test_cuda_without_gpu_is_a_clear_error_before_any_export(checkpoints, tmp_path):
+    from sago_fast.runtime.session import cuda_runs
+
+    if cuda_runs()[0]:
+        pytest.skip("this machine has a working CUDA provider")
+    cache = tmp_path / "cache"
+    proc = sago("probe", str(checkpoints["llama"]), "hi", "--device", "cuda", "--cache-dir", str(cache))
+    _assert_one_line_error(proc, "device 'cuda' asked")
+    assert not cache.exists()

@@ -34,3 +34,15 @@ def test_left_pad():
 def test_bad_policy():
     with pytest.raises(ValueError):
         BatchPolicy(token_budget=0)
+
+
+def test_device_names():
+    from sago_fast.errors import DeviceError
+    from sago_fast.runtime.session import providers_for, resolve_device
+
+    assert resolve_device("cpu") == "cpu"
+    assert resolve_device("auto") in ("cpu", "cuda")
+    assert providers_for("cuda") == ["CUDAExecutionProvider", "CPUExecutionProvider"]
+    assert providers_for("cpu") == ["CPUExecutionProvider"]
+    with pytest.raises(DeviceError, match="one of cpu, cuda, auto"):
+        resolve_device("tpu")
