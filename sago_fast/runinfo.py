@@ -24,14 +24,20 @@ RECORDED_PACKAGES = (
 )
 
 
-def package_versions() -> dict[str, str]:
-    versions = {"python": platform.python_version()}
-    for name in RECORDED_PACKAGES:
+def versions_of(packages: tuple[str, ...]) -> dict[str, str]:
+    """Installed version of each distribution ("absent" when it is not installed)."""
+    versions = {}
+    for name in packages:
         try:
             versions[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
             versions[name] = "absent"
     return versions
+
+
+def package_versions() -> dict[str, str]:
+    """Python and the recorded packages' versions, for the ``runs`` table."""
+    return {"python": platform.python_version(), **versions_of(RECORDED_PACKAGES)}
 
 
 def new_run_id() -> str:

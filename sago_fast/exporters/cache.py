@@ -13,7 +13,6 @@ import os
 import shutil
 import tempfile
 from dataclasses import asdict, dataclass
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +21,7 @@ from filelock import FileLock
 from sago_fast.checkpoints.resolve import Checkpoint
 from sago_fast.errors import ExportError
 from sago_fast.exporters.export import FORMAT_VERSION, MANIFEST_FILE, PROBE_FILE, export_checkpoint
+from sago_fast.runinfo import versions_of
 from sago_fast.types import ExportSettings
 
 log = logging.getLogger(__name__)
@@ -35,23 +35,13 @@ def default_cache_dir() -> Path:
     return Path(root) / "exports"
 
 
-def _versions() -> dict[str, str]:
-    versions = {}
-    for name in KEYED_PACKAGES:
-        try:
-            versions[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            versions[name] = "absent"
-    return versions
-
-
 def export_key(checkpoint: Checkpoint, settings: ExportSettings) -> str:
     """Cache key: sha256 of the checkpoint content hash, export settings and exporter versions."""
     payload = {
         "content_hash": checkpoint.content_hash,
         "settings": asdict(settings),
         "format_version": FORMAT_VERSION,
-        "versions": _versions(),
+        "versions": versions_of(KEYED_PACKAGES),
     }
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:32]
 
