@@ -44,3 +44,47 @@ class ExportSettings:
     def __post_init__(self) -> None:
         if self.dtype not in ("fp32", "fp16"):
             raise ValueError(f"dtype must be 'fp32' or 'fp16', not {self.dtype!r}")
+
+
+TASK_TYPES = ("multiple_choice", "generation", "pairwise")
+
+
+@dataclass(frozen=True)
+class Example:
+    """One benchmark item.
+
+    multiple_choice: ``question``, ``options``, gold ``answer_index``.
+    pairwise: ``question`` and two ``options`` (items a, b); ``answer_index`` 0 = "a", 1 = "b".
+    generation: ``question`` is the prompt, ``answers`` the accepted reference answers.
+    """
+
+    example_id: str
+    task_type: str
+    question: str
+    options: tuple[str, ...] = ()
+    answer_index: int | None = None
+    answers: tuple[str, ...] = ()
+
+    @property
+    def has_options(self) -> bool:
+        return self.task_type in ("multiple_choice", "pairwise")
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One rendering of an example.
+
+    option_order[j] is the original option index shown at position j, so a displayed answer at position
+    j means option content ``example.options[option_order[j]]``.
+    """
+
+    example_id: str
+    variant_id: str
+    family: str
+    k: int
+    params: str  # JSON of the perturbation's parameters
+    is_canonical: bool
+    meaning_preserving: bool
+    prompt: str
+    option_order: tuple[int, ...] = ()
+    hint_index: int | None = None  # original option index named by an injected hint
