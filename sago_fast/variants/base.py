@@ -31,8 +31,7 @@ class RenderSpec:
     option_order: tuple[int, ...] = ()  # option_order[j] = original index shown at position j
     hint_index: int | None = None  # original option index named by a wrong hint
     shots: tuple[Example, ...] = ()  # demonstrations shown before the question, in this order
-    prompt_suffix_spaces: str = ""  # whitespace family: extra layout in the prompt
-    newline: str = "\n"
+    newline: str = "\n"  # line break of the layout (the whitespace family doubles it)
 
     @classmethod
     def canonical(cls, example: Example) -> RenderSpec:

@@ -180,9 +180,7 @@ class Whitespace(Perturbation):
             gaps[int(rng.integers(len(gaps)))] = "  "
         text = words[0] + "".join(g + w for g, w in zip(gaps, words[1:], strict=True))
         newline = "\n\n" if rng.random() < 0.5 else "\n"
-        return replace(
-            spec, question=text, newline=newline, prompt_suffix_spaces="" if newline == "\n" else ""
-        )
+        return replace(spec, question=text, newline=newline)
 
 
 @register

@@ -29,7 +29,7 @@ class VariantConfig:
         return names
 
 
-def _variant(
+def make_variant(
     example: Example, family: str, k: int, spec: RenderSpec, base: RenderSpec, preserving: bool
 ) -> Variant:
     return Variant(
@@ -49,14 +49,14 @@ def _variant(
 def variants_for(example: Example, config: VariantConfig) -> list[Variant]:
     """The canonical variant, then k variants of each applicable family (duplicates of the prompt kept)."""
     base = RenderSpec.canonical(example)
-    out = [_variant(example, CANONICAL, 0, base, base, True)]
+    out = [make_variant(example, CANONICAL, 0, base, base, True)]
     for family in config.family_names():
         perturbation = FAMILIES.get(family)()
         if not perturbation.applies_to(example):
             continue
         for k in range(config.k):
             spec = perturbation.perturb(base, derive_rng(config.seed, example.example_id, family, k))
-            out.append(_variant(example, family, k, spec, base, perturbation.meaning_preserving))
+            out.append(make_variant(example, family, k, spec, base, perturbation.meaning_preserving))
     return out
 
 

@@ -84,4 +84,4 @@ def render(spec: RenderSpec) -> str:
     parts += body
     nl = spec.newline
     answer_cue = f"{field_name('answer', spec.field_case)}{spec.separator.rstrip()}"
-    return (nl + nl).join(parts) + nl + spec.prompt_suffix_spaces + answer_cue
+    return (nl + nl).join(parts) + nl + answer_cue
