@@ -1,0 +1,75 @@
+"""Option log-likelihoods with lm-evaluation-harness conventions, through the probe graph.
+
+loglik(context, continuation) = sum of log P(token | prefix) over the continuation's tokens, where context
+and continuation are encoded together and the continuation tokens are those after the context's own
+token count; trailing whitespace of the context moves to the front of the continuation.
+
+Each continuation token costs one probed prefix; all prefixes of all pairs go through ``probe_ids`` in
+length-bucketed batches. Fine for short answers (options, labels); long continuations want the
+target-logprob graph of the `sago run` issue.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from sago_fast.errors import InputError
+
+
+@dataclass(frozen=True)
+class ContinuationScores:
+    loglik: np.ndarray  # (n,) float64: summed log-probs of each continuation
+    n_tokens: np.ndarray  # (n,) int64: continuation length in tokens
+    n_chars: np.ndarray  # (n,) int64: continuation length in characters (for acc_norm)
+
+
+def split_context(context: str, continuation: str) -> tuple[str, str]:
+    """Move the context's trailing whitespace to the continuation (lm-eval convention)."""
+    stripped = context.rstrip()
+    return stripped, context[len(stripped) :] + continuation
+
+
+def encode_pair(tokenizer: Any, context: str, continuation: str) -> tuple[list[int], list[int]]:
+    """(context ids, continuation ids) split at the context's own token count."""
+    context, continuation = split_context(context, continuation)
+    whole = tokenizer(context + continuation, add_special_tokens=True)["input_ids"]
+    n_context = len(tokenizer(context, add_special_tokens=True)["input_ids"])
+    if n_context == 0:  # empty context: lm-eval uses the BOS (or EOS) token
+        start = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
+        return [int(start)], list(whole)
+    return list(whole[:n_context]), list(whole[n_context:])
+
+
+def score_continuations(
+    model: Any, contexts: Sequence[str], continuations: Sequence[str]
+) -> ContinuationScores:
+    """Summed continuation log-probs for each (context, continuation) pair, via ``model.probe_ids``."""
+    if len(contexts) != len(continuations):
+        raise InputError("contexts and continuations must have the same length")
+    prefixes: list[list[int]] = []
+    targets: list[int] = []
+    owner: list[int] = []
+    n_tokens = np.zeros(len(contexts), dtype=np.int64)
+    for i, (context, continuation) in enumerate(zip(contexts, continuations, strict=True)):
+        ctx, cont = encode_pair(model.tokenizer, context, continuation)
+        if not cont:
+            raise InputError(f"pair {i}: the continuation {continuation!r} encodes to no tokens")
+        n_tokens[i] = len(cont)
+        full = ctx + cont
+        for j in range(len(cont)):
+            prefixes.append(full[: len(ctx) + j])
+            targets.append(cont[j])
+            owner.append(i)
+    limit = model.max_positions
+    if limit is not None and max(len(p) for p in prefixes) > limit:
+        raise InputError(f"a context + continuation is longer than the model's {limit} positions")
+    logprobs = model.probe_ids(prefixes).next_logprobs  # (n_prefixes, vocab)
+    picked = logprobs[np.arange(len(targets)), np.asarray(targets)].astype(np.float64)
+    loglik = np.zeros(len(contexts), dtype=np.float64)
+    np.add.at(loglik, np.asarray(owner), picked)
+    n_chars = np.array([len(c) for c in continuations], dtype=np.int64)
+    return ContinuationScores(loglik, n_tokens, n_chars)

@@ -1,0 +1,67 @@
+"""Accuracy of zoo checkpoints per instruction template, through ONNX (``load_model`` + option scoring)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from sago_fast.types import Example
+from sago_fast.variants.base import RenderSpec
+from sago_fast.variants.render import TEMPLATES, render
+
+
+@dataclass(frozen=True)
+class TemplateAccuracy:
+    checkpoint: str
+    template: int
+    trained: bool
+    accuracy: float  # share of examples whose gold option has the highest summed log-likelihood
+    n_examples: int
+
+
+def option_accuracy(model, examples: Sequence[Example], template: int) -> float:
+    """lm-eval-style accuracy: argmax over options of loglik(prompt, " " + option); ties → lowest index."""
+    from sago_fast.runtime.scoring import score_continuations
+
+    contexts, continuations, owners = [], [], []
+    for i, example in enumerate(examples):
+        prompt = render(replace(RenderSpec.canonical(example), template=template))
+        for option in example.options:
+            contexts.append(prompt)
+            continuations.append(" " + option)
+            owners.append(i)
+    scores = score_continuations(model, contexts, continuations).loglik
+    correct = 0
+    start = 0
+    for example in examples:
+        n = len(example.options)
+        correct += int(np.argmax(scores[start : start + n]) == example.answer_index)
+        start += n
+    return correct / len(examples)
+
+
+def evaluate_zoo(
+    checkpoints: Sequence[str | os.PathLike[str]],
+    examples: Sequence[Example],
+    trained_templates: Sequence[int],
+    *,
+    cache_dir: str | os.PathLike[str] | None = None,
+) -> list[TemplateAccuracy]:
+    import sago_fast
+
+    n_templates = min(len(TEMPLATES[e.task_type]) for e in examples)
+    rows = []
+    for checkpoint in checkpoints:
+        with sago_fast.load_model(checkpoint, cache_dir=cache_dir) as model:
+            for template in range(n_templates):
+                acc = option_accuracy(model, examples, template)
+                rows.append(
+                    TemplateAccuracy(
+                        Path(checkpoint).name, template, template in trained_templates, acc, len(examples)
+                    )
+                )
+    return rows

@@ -1,0 +1,37 @@
+"""The zoo's accuracy table: per checkpoint, suite and template (trained or not)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from sago_fast.datasets.builtin import SUITES
+from sago_fast.zoo.evaluate import evaluate_zoo
+from sago_fast.zoo.train import ZooConfig, ZooResult
+
+
+def accuracy_rows(
+    result: ZooResult, config: ZooConfig, n_examples: int, *, cache_dir: str | os.PathLike[str] | None = None
+) -> tuple[list[str], list[tuple[Any, ...]]]:
+    """(columns, rows) with one row per checkpoint × suite × template, chance level beside accuracy.
+
+    Accuracy is measured on the first ``n_examples`` of each suite, which the zoo was trained on
+    (rendered with the trained templates only): the point is stability across renderings, not recall of
+    unseen facts.
+    """
+    rows = []
+    for suite in config.suites:
+        examples = SUITES.get(suite).build(n_examples, seed=config.seed)
+        chance = sum(1 / len(e.options) for e in examples) / len(examples)
+        for r in evaluate_zoo(result.checkpoints, examples, config.train_templates, cache_dir=cache_dir):
+            rows.append(
+                (
+                    r.checkpoint,
+                    suite,
+                    r.template,
+                    "yes" if r.trained else "no",
+                    round(r.accuracy, 3),
+                    round(chance, 3),
+                )
+            )
+    return ["checkpoint", "suite", "template", "trained", "accuracy", "chance"], rows

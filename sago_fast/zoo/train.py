@@ -1,0 +1,169 @@
+"""Train tiny Llama-style models on the built-in multiple-choice/pairwise suites, rendered with only some
+templates and formats, and save checkpoints along the way (so stability can differ and change over training).
+
+Each training text is a rendered prompt followed by `` <gold option content></s>``; the loss covers the
+answer tokens only. The zoo is cached: a folder whose ``zoo.json`` matches the config is reused as is.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from sago_fast.checkpoints.tiny import TinySize, build_tiny_checkpoint, train_tokenizer
+from sago_fast.datasets.builtin import SUITES
+from sago_fast.errors import InputError
+from sago_fast.types import Example
+from sago_fast.variants.base import RenderSpec
+from sago_fast.variants.render import render
+
+log = logging.getLogger(__name__)
+
+ZOO_FILE = "zoo.json"
+
+
+@dataclass(frozen=True)
+class ZooConfig:
+    """What the zoo trains. Defaults take about a minute on 2 CPU cores.
+
+    train_templates: instruction templates used in training (others stay unseen); enumerator and
+    separator are fixed to the canonical ones. save_steps: optimizer steps at which checkpoints are saved.
+    """
+
+    suites: tuple[str, ...] = ("capitals", "arithmetic", "comparison")
+    examples_per_suite: int = 200
+    train_templates: tuple[int, ...] = (0, 1)
+    save_steps: tuple[int, ...] = (150, 500, 1200)
+    batch_size: int = 32
+    learning_rate: float = 3e-3
+    hidden: int = 96
+    layers: int = 3
+    heads: int = 4
+    vocab_size: int = 1024
+    seed: int = 0
+
+    def key(self) -> str:
+        return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class ZooResult:
+    root: Path
+    checkpoints: tuple[Path, ...]  # in training order
+    reused: bool
+
+
+def training_examples(config: ZooConfig) -> list[Example]:
+    return [
+        e for s in config.suites for e in SUITES.get(s).build(config.examples_per_suite, seed=config.seed)
+    ]
+
+
+def render_training_text(example: Example, template: int) -> tuple[str, str]:
+    """(prompt, answer continuation) in a trained format."""
+    spec = replace(RenderSpec.canonical(example), template=template)
+    return render(spec), " " + example.options[example.answer_index]
+
+
+def _encode(tokenizer, pairs: list[tuple[str, str]]) -> list[tuple[list[int], int]]:
+    """Token ids of prompt + answer + EOS, and where the answer starts."""
+    from sago_fast.runtime.scoring import encode_pair
+
+    out = []
+    for prompt, answer in pairs:
+        ctx, cont = encode_pair(tokenizer, prompt, answer)
+        out.append((ctx + cont + [tokenizer.eos_token_id], len(ctx)))
+    return out
+
+
+def _train(config: ZooConfig, workdir: Path) -> list[Path]:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    examples = training_examples(config)
+    pairs = [render_training_text(e, t) for e in examples for t in config.train_templates]
+    tokenizer = train_tokenizer([p + a for p, a in pairs], vocab_size=config.vocab_size)
+    size = TinySize(
+        hidden=config.hidden,
+        layers=config.layers,
+        heads=config.heads,
+        kv_heads=config.heads,
+        intermediate=config.hidden * 3,
+        max_positions=256,
+    )
+    init = build_tiny_checkpoint("llama", workdir / "init", size, seed=config.seed, tokenizer=tokenizer)
+    model = AutoModelForCausalLM.from_pretrained(init, dtype=torch.float32)
+    model.train()
+    encoded = _encode(tokenizer, pairs)
+    rng = np.random.default_rng(config.seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate, weight_decay=0.01)
+    total = max(config.save_steps)
+    scheduler = torch.optim.lr_scheduler.OneCycleLR(
+        optimizer, max_lr=config.learning_rate, total_steps=total, pct_start=0.1
+    )
+    saved: list[Path] = []
+    from tqdm import tqdm
+
+    # batches come from the seeded numpy stream; torch randomness is only used by the seeded init
+    for step in tqdm(range(1, total + 1), desc="training zoo", unit="step", leave=False, disable=None):
+        batch = [encoded[i] for i in rng.integers(0, len(encoded), size=config.batch_size)]
+        width = max(len(ids) for ids, _ in batch)
+        input_ids = torch.full((len(batch), width), tokenizer.pad_token_id, dtype=torch.long)
+        labels = torch.full((len(batch), width), -100, dtype=torch.long)
+        mask = torch.zeros((len(batch), width), dtype=torch.long)
+        for row, (ids, start) in enumerate(batch):
+            input_ids[row, : len(ids)] = torch.tensor(ids)
+            labels[row, start : len(ids)] = torch.tensor(ids[start:])
+            mask[row, : len(ids)] = 1
+        loss = model(input_ids=input_ids, attention_mask=mask, labels=labels).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        if step in config.save_steps:
+            path = workdir / f"step-{step:05d}"
+            model.save_pretrained(path, safe_serialization=True)
+            tokenizer.save_pretrained(path)
+            saved.append(path)
+            log.info("zoo: step %d loss %.3f -> %s", step, float(loss), path)
+    shutil.rmtree(workdir / "init")
+    return saved
+
+
+def build_zoo(out_dir: str | os.PathLike[str], config: ZooConfig = ZooConfig()) -> ZooResult:
+    """Train (or reuse) the zoo in ``out_dir``; returns the checkpoint folders in training order."""
+    root = Path(out_dir)
+    manifest = root / ZOO_FILE
+    if not config.save_steps or min(config.save_steps) < 1:
+        raise InputError("save_steps must hold positive step numbers")
+    if manifest.is_file():
+        data = json.loads(manifest.read_text(encoding="utf-8"))
+        paths = tuple(root / name for name in data.get("checkpoints", []))
+        if data.get("key") == config.key() and all((p / "config.json").is_file() for p in paths):
+            return ZooResult(root, paths, reused=True)
+    root.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}.", dir=root.parent))
+    try:
+        saved = _train(config, tmp)
+        (tmp / ZOO_FILE).write_text(
+            json.dumps(
+                {"key": config.key(), "config": asdict(config), "checkpoints": [p.name for p in saved]},
+                indent=2,
+            ),
+            encoding="utf-8",
+        )
+        if root.exists():
+            shutil.rmtree(root)
+        os.replace(tmp, root)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return ZooResult(root, tuple(root / p.name for p in saved), reused=False)

@@ -1,0 +1,84 @@
+"""Variant generation: one canonical per example, determinism, stability under added examples, order mapping."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sago_fast.datasets.builtin import SUITES
+from sago_fast.types import Example
+from sago_fast.variants import VariantConfig, generate_variants
+from sago_fast.variants.generate import variants_to_jsonl
+from sago_fast.variants.render import option_label
+
+
+def test_exactly_one_canonical_per_example():
+    examples = [e for s in SUITES.names() for e in SUITES.get(s).build(10)]
+    variants = generate_variants(examples, VariantConfig(k=2))
+    for example in examples:
+        own = [v for v in variants if v.example_id == example.example_id]
+        assert sum(v.is_canonical for v in own) == 1
+        assert len({v.variant_id for v in own}) == len(own)
+
+
+def test_adding_examples_changes_no_existing_variant():
+    full = SUITES.get("capitals").build(40)
+    config = VariantConfig(k=3, seed=7)
+    small = generate_variants(full[10:20], config)
+    big = generate_variants([full[0], *full[5:25][::-1]], config)  # more examples, other order
+    by_id = {v.variant_id: v for v in big}
+    assert all(by_id[v.variant_id] == v for v in small)
+
+
+def test_same_seed_byte_identical_across_processes(tmp_path):
+    code = (
+        "import sys; from sago_fast.datasets.builtin import SUITES; "
+        "from sago_fast.variants import VariantConfig, generate_variants; "
+        "from sago_fast.variants.generate import variants_to_jsonl; "
+        "sys.stdout.write(variants_to_jsonl(generate_variants(SUITES.get('arithmetic').build(15), VariantConfig(k=2, seed=3))))"
+    )
+    outputs = [
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env={"PYTHONHASHSEED": str(h)}).stdout
+        for h in (1, 2)
+    ]
+    here = variants_to_jsonl(generate_variants(SUITES.get("arithmetic").build(15), VariantConfig(k=2, seed=3)))
+    assert outputs[0] == outputs[1] == here
+    other_seed = variants_to_jsonl(generate_variants(SUITES.get("arithmetic").build(15), VariantConfig(k=2, seed=4)))
+    assert other_seed != here
+
+
+def _displayed_options(prompt: str, n: int, enumerator_labels: list[str]) -> list[str]:
+    lines = prompt.split("\n")
+    shown = []
+    for label in enumerator_labels[:n]:
+        # the last line that starts with this label belongs to the question (shots come first)
+        shown.append([line for line in lines if line.startswith(label + " ")][-1][len(label) + 1 :])
+    return shown
+
+
+options_strategy = st.lists(
+    st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789", min_size=1, max_size=8), min_size=2, max_size=6, unique=True
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(options=options_strategy, data=st.data(), seed=st.integers(0, 10_000))
+def test_displayed_answer_maps_back_to_content(options, data, seed):
+    gold = data.draw(st.integers(0, len(options) - 1))
+    task = "pairwise" if len(options) == 2 and data.draw(st.booleans()) else "multiple_choice"
+    example = Example("x", task, "Which one?", tuple(options), gold)
+    for variant in generate_variants([example], VariantConfig(k=3, seed=seed)):
+        params = variant.params
+        enumerator = "upper"
+        for name in ("paren", "number", "roman"):
+            if f'"enumerator": "{name}"' in params:
+                enumerator = name
+        labels = [option_label(i, enumerator) for i in range(len(options))]
+        shown = _displayed_options(variant.prompt, len(options), labels)
+        for position, content in enumerate(shown):
+            assert example.options[variant.option_order[position]] == content
+        gold_position = variant.option_order.index(gold)
+        assert shown[gold_position] == options[gold]
