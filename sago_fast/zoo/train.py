@@ -134,7 +134,7 @@ def _train(config: ZooConfig, workdir: Path) -> list[Path]:
             model.save_pretrained(path, safe_serialization=True)
             tokenizer.save_pretrained(path)
             saved.append(path)
-            log.info("zoo: step %d loss %.3f -> %s", step, float(loss), path)
+            log.info("zoo: step %d loss %.3f -> %s", step, float(loss.detach()), path)
     shutil.rmtree(workdir / "init")
     return saved
 

@@ -31,9 +31,9 @@ def test_every_command_has_help():
     result = runner.invoke(app, ["--help"])
     assert result.exit_code == 0
     commands = [c.name for c in app.registered_commands]
-    assert {"export", "query", "demo", "probe"} <= set(commands)
-    for name in commands:
-        sub = runner.invoke(app, [name, "--help"])
+    assert {"export", "query", "demo", "probe", "zoo"} <= set(commands)
+    for name in [*commands, "variants list", "variants preview", "variants write"]:
+        sub = runner.invoke(app, [*name.split(), "--help"])
         assert sub.exit_code == 0, name
         assert "Usage" in sub.output
 
@@ -106,19 +106,85 @@ def test_probe_bad_texts(checkpoints, cache_dir):
 
 
 def test_demo_then_query(tmp_path):
-    out = tmp_path / "demo"
-    proc = sago("demo", "--out", str(out))
-    assert proc.returncode == 0, proc.stderr
-    db = out / "sago.duckdb"
-    assert f"results: {db.resolve()}" in proc.stdout
+    """The demo pipeline on a small zoo, then `sago query` on its database (the CLI demo uses the full zoo)."""
+    from sago_fast.demo import DemoConfig, run_demo
+    from sago_fast.zoo import ZooConfig
+
+    small = ZooConfig(suites=("capitals",), examples_per_suite=24, save_steps=(10, 60), hidden=32, layers=1)
+    result = run_demo(DemoConfig(out_dir=tmp_path / "demo", n_examples=6, k=1, zoo=small))
+    db = result.db_path
+    assert len(result.checkpoints) == 2 and len(set(result.model_ids)) == 2
     as_json = sago("query", "--db", str(db), "--format", "json", "SELECT count(*) AS n FROM outputs")
-    assert json.loads(as_json.stdout) == [{"n": 5}]
+    n_variants = json.loads(
+        sago("query", "--db", str(db), "-f", "json", "SELECT count(*) AS n FROM variants").stdout
+    )[0]["n"]
+    assert json.loads(as_json.stdout) == [{"n": 2 * n_variants}]
+    assert n_variants == result.n_outputs // 2
     as_csv = sago("query", "--db", str(db), "-f", "csv", "SELECT example_id FROM examples ORDER BY 1 LIMIT 2")
-    assert as_csv.stdout.splitlines() == ["example_id", "add-1", "add-2"]
+    assert as_csv.stdout.splitlines() == ["example_id", "capitals-00000", "capitals-00001"]
     _assert_one_line_error(sago("query", "--db", str(db), "SELEC nonsense"), "SQL error")
     _assert_one_line_error(
         sago("query", "--db", str(tmp_path / "nope.duckdb"), "SELECT 1"), "no such database"
     )
+    # running again appends a run but never duplicates models, examples or variants
+    run_demo(DemoConfig(out_dir=tmp_path / "demo", n_examples=6, k=1, zoo=small))
+    counts = sago(
+        "query",
+        "--db",
+        str(db),
+        "-f",
+        "json",
+        "SELECT (SELECT count(*) FROM models) m, (SELECT count(*) FROM variants) v, (SELECT count(*) FROM runs) r",
+    )
+    assert json.loads(counts.stdout) == [{"m": 2, "v": n_variants, "r": 2}]
+
+
+def test_variants_commands(tmp_path):
+    listing = sago("variants", "list")
+    assert listing.returncode == 0
+    names = [line.split()[0] for line in listing.stdout.splitlines() if line and not line.startswith(" ")]
+    assert len(names) >= 12 and "option_permutation" in names
+    preview = sago("variants", "preview", "-d", "comparison", "-F", "pair_swap", "-n", "1")
+    assert "comparison-00000/pair_swap/0" in preview.stdout and "(canonical)" in preview.stdout
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    assert sago("variants", "write", "-d", "arithmetic", "--limit", "5", "-o", str(a)).returncode == 0
+    assert sago("variants", "write", "-d", "arithmetic", "--limit", "5", "-o", str(b)).returncode == 0
+    assert a.read_bytes() == b.read_bytes() and len(a.read_text().splitlines()) > 5 * 10
+
+
+BAD_DATASETS = [
+    (b"", "no examples"),
+    (b'{"id": "1", "question": "Q?", "options": ["a", "b"], "answer": 0}\n{"id": \n', ":2: malformed JSON"),
+    (b'{"id": "1", "options": ["a", "b"], "answer": 0}\n', ":1: field 'question' is missing"),
+    (
+        b'{"id": "1", "question": "Q?", "options": ["a", "b"], "answer": 5}\n',
+        ":1: field 'answer' = 5 is out of range",
+    ),
+    (
+        b'{"id": "1", "question": "Q?", "options": ["a", "b"], "answer": 0}\n' * 2,
+        ":2: field 'id': duplicate id",
+    ),
+    (b'{"id": "1", "question": "", "options": ["a", "b"], "answer": 0}\n', ":1: field 'question' is empty"),
+    (b'{"id": "1", "question": "Q\xff?", "options": ["a", "b"], "answer": 0}\n', ":1: not valid UTF-8"),
+]
+
+
+@pytest.mark.parametrize("content,fragment", BAD_DATASETS)
+def test_variants_write_bad_input(tmp_path, content, fragment):
+    data = tmp_path / "data.jsonl"
+    data.write_bytes(content)
+    out = tmp_path / "out.jsonl"
+    proc = sago("variants", "write", "-d", str(data), "-o", str(out))
+    _assert_one_line_error(proc, fragment)
+    assert str(data) in proc.stderr
+    assert not out.exists() and not list(tmp_path.glob(".out.jsonl*"))
+
+
+def test_unknown_family_and_dataset():
+    _assert_one_line_error(
+        sago("variants", "preview", "-d", "capitals", "-F", "tempate"), "did you mean 'template'"
+    )
+    _assert_one_line_error(sago("variants", "preview", "-d", "capitols"), "did you mean 'capitals'")
 
 
 def test_query_is_read_only(tmp_path):

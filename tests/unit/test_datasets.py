@@ -65,13 +65,25 @@ def test_field_mapping(tmp_path):
 
 BAD_CASES = [
     ([], "no examples"),
-    (['{"id": "m1", "question": "Q?", "options": ["a", "b"], "answer": 0}', '{"id": "m2", "question": '], ":2: malformed JSON"),
+    (
+        ['{"id": "m1", "question": "Q?", "options": ["a", "b"], "answer": 0}', '{"id": "m2", "question": '],
+        ":2: malformed JSON",
+    ),
     (['{"id": "m1", "options": ["a", "b"], "answer": 0}'], ":1: field 'question' is missing"),
-    (['{"id": "m1", "question": "Q?", "options": ["a", "b"], "answer": 2}'], ":1: field 'answer' = 2 is out of range"),
-    (['{"id": "m1", "question": "Q?", "options": ["a", "b"], "answer": 0}'] * 2, ":2: field 'id': duplicate id 'm1'"),
+    (
+        ['{"id": "m1", "question": "Q?", "options": ["a", "b"], "answer": 2}'],
+        ":1: field 'answer' = 2 is out of range",
+    ),
+    (
+        ['{"id": "m1", "question": "Q?", "options": ["a", "b"], "answer": 0}'] * 2,
+        ":2: field 'id': duplicate id 'm1'",
+    ),
     (['{"id": "m1", "question": "  ", "options": ["a", "b"], "answer": 0}'], ":1: field 'question' is empty"),
     (['{"id": "m1", "question": "Q?", "options": ["a"], "answer": 0}'], "field 'options' needs at least 2"),
-    (['{"id": "p1", "question": "Q?", "a": "x", "b": "y", "answer": "c"}'], "field 'answer' must be \"a\" or \"b\""),
+    (
+        ['{"id": "p1", "question": "Q?", "a": "x", "b": "y", "answer": "c"}'],
+        'field \'answer\' must be "a" or "b"',
+    ),
     (['{"question": "Q?", "options": ["a", "b"], "answer": 0}'], "field 'id' is missing"),
 ]
 

@@ -24,7 +24,9 @@ CANONICAL_MC = (
 
 
 def perturbed(family: str, example: Example = MC, k: int = 0, seed: int = 0) -> tuple[RenderSpec, str]:
-    spec = FAMILIES.get(family)().perturb(RenderSpec.canonical(example), derive_rng(seed, example.example_id, family, k))
+    spec = FAMILIES.get(family)().perturb(
+        RenderSpec.canonical(example), derive_rng(seed, example.example_id, family, k)
+    )
     return spec, render(spec)
 
 
@@ -45,7 +47,9 @@ def check_field_case(spec, text):
 
 
 def check_enumerator(spec, text):
-    labels = {"paren": ["(a)", "(b)", "(c)"], "number": ["1)", "2)", "3)"], "roman": ["i.", "ii.", "iii."]}[spec.enumerator]
+    labels = {"paren": ["(a)", "(b)", "(c)"], "number": ["1)", "2)", "3)"], "roman": ["i.", "ii.", "iii."]}[
+        spec.enumerator
+    ]
     assert [line.split(" ")[0] for line in text.splitlines()[3:6]] == labels
 
 

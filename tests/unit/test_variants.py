@@ -41,12 +41,22 @@ def test_same_seed_byte_identical_across_processes(tmp_path):
         "sys.stdout.write(variants_to_jsonl(generate_variants(SUITES.get('arithmetic').build(15), VariantConfig(k=2, seed=3))))"
     )
     outputs = [
-        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env={"PYTHONHASHSEED": str(h)}).stdout
+        subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={"PYTHONHASHSEED": str(h)},
+        ).stdout
         for h in (1, 2)
     ]
-    here = variants_to_jsonl(generate_variants(SUITES.get("arithmetic").build(15), VariantConfig(k=2, seed=3)))
+    here = variants_to_jsonl(
+        generate_variants(SUITES.get("arithmetic").build(15), VariantConfig(k=2, seed=3))
+    )
     assert outputs[0] == outputs[1] == here
-    other_seed = variants_to_jsonl(generate_variants(SUITES.get("arithmetic").build(15), VariantConfig(k=2, seed=4)))
+    other_seed = variants_to_jsonl(
+        generate_variants(SUITES.get("arithmetic").build(15), VariantConfig(k=2, seed=4))
+    )
     assert other_seed != here
 
 
@@ -60,7 +70,10 @@ def _displayed_options(prompt: str, n: int, enumerator_labels: list[str]) -> lis
 
 
 options_strategy = st.lists(
-    st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789", min_size=1, max_size=8), min_size=2, max_size=6, unique=True
+    st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789", min_size=1, max_size=8),
+    min_size=2,
+    max_size=6,
+    unique=True,
 )
 
 

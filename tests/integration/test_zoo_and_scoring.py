@@ -1,0 +1,55 @@
+"""Option scoring equals HF eager log-likelihoods (lm-eval convention); a small zoo learns its suite."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from transformers import AutoModelForCausalLM
+
+import sago_fast
+from sago_fast.datasets.builtin import SUITES
+from sago_fast.runtime.scoring import encode_pair, score_continuations
+from sago_fast.zoo import ZooConfig, build_zoo
+from sago_fast.zoo.evaluate import option_accuracy
+
+
+def hf_loglik(checkpoint, tokenizer, context, continuation):
+    model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32)
+    ctx, cont = encode_pair(tokenizer, context, continuation)
+    ids = torch.tensor([ctx + cont])
+    with torch.no_grad():
+        logp = torch.log_softmax(model(ids).logits[0].float(), -1)
+    return sum(float(logp[len(ctx) - 1 + j, t]) for j, t in enumerate(cont))
+
+
+def test_continuation_scores_match_hf_eager(checkpoints, cache_dir):
+    model = sago_fast.load_model(checkpoints["qwen2"], cache_dir=cache_dir)
+    contexts = ["Question: What is 2 + 3?\nAnswer:", "The capital of France is ", "Q: colour? A:"]
+    continuations = [" 5", "Paris", " green and blue"]
+    got = score_continuations(model, contexts, continuations)
+    want = [
+        hf_loglik(checkpoints["qwen2"], model.tokenizer, c, k)
+        for c, k in zip(contexts, continuations, strict=True)
+    ]
+    np.testing.assert_allclose(got.loglik, want, atol=1e-4)
+    assert got.n_chars.tolist() == [2, 5, 15]
+
+
+def test_trailing_space_moves_to_continuation(checkpoints, cache_dir):
+    model = sago_fast.load_model(checkpoints["llama"], cache_dir=cache_dir)
+    a = score_continuations(model, ["Answer: "], ["Paris"]).loglik
+    b = score_continuations(model, ["Answer:"], [" Paris"]).loglik
+    np.testing.assert_allclose(a, b, atol=1e-6)
+
+
+def test_small_zoo_learns_and_is_cached(tmp_path):
+    config = ZooConfig(
+        suites=("comparison",), examples_per_suite=60, save_steps=(5, 250), hidden=48, layers=2
+    )
+    zoo = build_zoo(tmp_path / "zoo", config)
+    assert [p.name for p in zoo.checkpoints] == ["step-00005", "step-00250"] and not zoo.reused
+    assert build_zoo(tmp_path / "zoo", config).reused
+    examples = SUITES.get("comparison").build(60)
+    final = sago_fast.load_model(zoo.checkpoints[-1], cache_dir=tmp_path / "exports")
+    trained = option_accuracy(final, examples, template=0)
+    assert trained >= 0.7, trained  # chance is 0.5
