@@ -81,6 +81,8 @@ class OptionPermutation(Perturbation):
 
     def perturb(self, spec: RenderSpec, rng: np.random.Generator) -> RenderSpec:
         gold = spec.example.answer_index
+        if gold is None or len(spec.option_order) < 2:
+            return spec
         order = list(spec.option_order)
         while True:
             perm = [order[i] for i in rng.permutation(len(order))]

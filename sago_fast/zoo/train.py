@@ -69,6 +69,8 @@ def training_examples(config: ZooConfig) -> list[Example]:
 
 def render_training_text(example: Example, template: int) -> tuple[str, str]:
     """(prompt, answer continuation) in a trained format."""
+    if example.answer_index is None:
+        raise InputError(f"{example.example_id}: the zoo trains on examples with options only")
     spec = replace(RenderSpec.canonical(example), template=template)
     return render(spec), " " + example.options[example.answer_index]
 

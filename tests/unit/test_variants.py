@@ -95,3 +95,52 @@ def test_displayed_answer_maps_back_to_content(options, data, seed):
             assert example.options[variant.option_order[position]] == content
         gold_position = variant.option_order.index(gold)
         assert shown[gold_position] == options[gold]
+
+
+def test_user_written_variants(tmp_path):
+    import json
+
+    import pytest
+
+    from sago_fast.errors import InputError
+    from sago_fast.variants.user import read_user_variants
+
+    examples = [
+        Example("q1", "multiple_choice", "Q?", ("a", "b", "c"), 2),
+        Example("q2", "multiple_choice", "R?", ("x", "y"), 0),
+    ]
+    path = tmp_path / "v.jsonl"
+    rows = [
+        {
+            "example_id": "q1",
+            "variant_id": "q1-mine",
+            "family": "reworded",
+            "text": "Pick one: a, b or c?",
+            "option_order": [2, 0, 1],
+        },
+        {"example_id": "q1", "variant_id": "q1-canon", "family": "canonical", "text": "Q? a b c"},
+        {
+            "example_id": "q2",
+            "variant_id": "q2-mine",
+            "family": "reworded",
+            "text": "R? x or y",
+            "meaning_preserving": False,
+        },
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    variants = read_user_variants(path, examples)
+    by_id = {v.variant_id: v for v in variants}
+    assert by_id["q1-mine"].option_order == (2, 0, 1) and not by_id["q1-mine"].is_canonical
+    assert by_id["q1-canon"].is_canonical
+    assert not by_id["q2-mine"].meaning_preserving
+    assert sum(v.is_canonical for v in variants if v.example_id == "q2") == 1  # generated canonical added
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({**rows[0], "option_order": [0, 0, 1]}) + "\n")
+    with pytest.raises(InputError, match=r"bad.jsonl:1: field 'option_order'"):
+        read_user_variants(bad, examples)
+    bad.write_text(json.dumps({**rows[0], "example_id": "zz"}) + "\n")
+    with pytest.raises(InputError, match=r"bad.jsonl:1: field 'example_id': unknown example"):
+        read_user_variants(bad, examples)
+    bad.write_text(json.dumps(rows[1]) + "\n" + json.dumps({**rows[1], "variant_id": "again"}) + "\n")
+    with pytest.raises(InputError, match=r"bad.jsonl:2: field 'is_canonical'"):
+        read_user_variants(bad, examples)
