@@ -1,0 +1,31 @@
+"""Pairwise distances between the variants of each example: Numba kernels, BLAS forms, drivers.
+
+Nothing is compiled on import: each kernel compiles on first use and is cached on disk (``cache=True``;
+Numba falls back to a per-user cache directory when the package folder is read-only, and
+``NUMBA_CACHE_DIR`` overrides both).
+"""
+
+from sago_fast.kernels.agreement import exact_match, normalize_answer, pairwise_agreement, token_f1
+from sago_fast.kernels.api import (
+    distances_to_reference,
+    pairwise,
+    pairwise_batched,
+    pairwise_layers,
+    topk_overlap,
+)
+from sago_fast.kernels.gram import linear_cka
+from sago_fast.kernels.metrics import METRICS
+
+__all__ = [
+    "METRICS",
+    "distances_to_reference",
+    "exact_match",
+    "linear_cka",
+    "normalize_answer",
+    "pairwise",
+    "pairwise_agreement",
+    "pairwise_batched",
+    "pairwise_layers",
+    "token_f1",
+    "topk_overlap",
+]

@@ -1,0 +1,116 @@
+"""Public kernel entry points. Each picks the fastest correct formulation for the shape it gets."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sago_fast.errors import InputError
+from sago_fast.kernels import drivers
+from sago_fast.kernels.gram import cosine_matrix, kl_matrix
+from sago_fast.kernels.metrics import METRICS, Metric, validate
+
+# From this many variants per example on, cosine uses the BLAS Gram form (benchmarks/bench_kernels.py).
+COSINE_GRAM_MIN_ROWS = 48
+
+
+def _condense(full: np.ndarray) -> np.ndarray:
+    """(..., n, n) -> (..., n*(n-1)/2): upper triangle in row-major (pdist) order."""
+    n = full.shape[-1]
+    i, j = np.triu_indices(n, k=1)
+    return np.ascontiguousarray(full[..., i, j])
+
+
+def _metric(name: str) -> Metric:
+    try:
+        return METRICS.get(name)
+    except KeyError as exc:
+        raise InputError(str(exc)) from None
+
+
+def pairwise(X: np.ndarray, metric: str = "cosine", *, check: bool = True) -> np.ndarray:
+    """Distances between all rows of X (n, d): condensed (n*(n-1)/2,) float64, in scipy ``pdist`` order.
+
+    metric: cosine | euclidean | sqeuclidean (vectors) or kl | js | tv | hellinger (distributions:
+    rows non-negative, summing to 1; natural log; JS not square-rooted, in [0, ln 2]).
+    """
+    X = np.asarray(X)
+    m = _metric(metric)
+    if X.ndim != 2:
+        raise InputError(f"X must be 2-D (n, d), got shape {X.shape}")
+    if check:
+        validate(X, m)
+    if X.shape[0] < 2:
+        return np.zeros(0, dtype=np.float64)
+    if m.name == "kl":
+        return _condense(kl_matrix(X))
+    if m.name == "cosine" and X.shape[0] >= COSINE_GRAM_MIN_ROWS:
+        return _condense(cosine_matrix(X))
+    rows, aux = m.prepare(X)
+    return drivers.pairs_one(rows, aux, m.kernel)
+
+
+def pairwise_batched(X: np.ndarray, metric: str = "cosine", *, check: bool = True) -> np.ndarray:
+    """(n_examples, n_variants, d) -> (n_examples, n_pairs): each example's variants against each other."""
+    X = np.asarray(X)
+    m = _metric(metric)
+    if X.ndim != 3:
+        raise InputError(f"X must be 3-D (n_examples, n_variants, d), got shape {X.shape}")
+    if check:
+        validate(X, m)
+    n_examples, n, d = X.shape
+    if n < 2:
+        return np.zeros((n_examples, 0), dtype=np.float64)
+    if m.name == "kl":
+        return _condense(kl_matrix(X))
+    if m.name == "cosine" and n >= COSINE_GRAM_MIN_ROWS:
+        return _condense(cosine_matrix(X))
+    rows, aux = m.prepare(X.reshape(n_examples * n, d))
+    return drivers.pairs_batched(rows.reshape(n_examples, n, d), aux.reshape(n_examples, n), m.kernel)
+
+
+def pairwise_layers(H: np.ndarray, metric: str = "cosine", *, check: bool = True) -> np.ndarray:
+    """(n_layers, n_examples, n_variants, d) -> (n_layers, n_examples, n_pairs)."""
+    H = np.asarray(H)
+    if H.ndim != 4:
+        raise InputError(f"H must be 4-D (n_layers, n_examples, n_variants, d), got shape {H.shape}")
+    n_layers, n_examples, n, d = H.shape
+    flat = pairwise_batched(H.reshape(n_layers * n_examples, n, d), metric, check=check)
+    return flat.reshape(n_layers, n_examples, -1)
+
+
+def distances_to_reference(
+    X: np.ndarray, metric: str = "cosine", reference: int | np.ndarray = 0, *, check: bool = True
+) -> np.ndarray:
+    """(n_examples, n_variants, d) -> (n_examples, n_variants): each variant's distance to the
+    reference variant (the canonical one) of its example; ``reference`` is one index or one per example.
+    For KL the direction is KL(variant || reference).
+    """
+    X = np.asarray(X)
+    m = _metric(metric)
+    if X.ndim != 3:
+        raise InputError(f"X must be 3-D (n_examples, n_variants, d), got shape {X.shape}")
+    if check:
+        validate(X, m)
+    n_examples, n, d = X.shape
+    ref = np.broadcast_to(np.asarray(reference, dtype=np.int64), (n_examples,)).copy()
+    if ((ref < 0) | (ref >= n)).any():
+        raise InputError(f"reference index out of range for {n} variants")
+    rows, aux = m.prepare(X.reshape(n_examples * n, d))
+    return drivers.to_reference(rows.reshape(n_examples, n, d), aux.reshape(n_examples, n), ref, m.kernel)
+
+
+def topk_overlap(P: np.ndarray, k: int = 10) -> np.ndarray:
+    """Condensed share of shared entries among the k most probable entries of each pair of rows (n, V).
+
+    Ties at the k-th value are broken by lower index (a stable, deterministic choice).
+    """
+    P = np.asarray(P)
+    if P.ndim != 2 or not 1 <= k <= P.shape[1]:
+        raise InputError(f"P must be (n, V) with 1 <= k <= V; got shape {P.shape}, k={k}")
+    if not np.isfinite(P).all():
+        raise InputError("P contains NaN or inf")
+    top = np.argsort(-P, axis=1, kind="stable")[:, :k]  # (n, k)
+    member = np.zeros(P.shape, dtype=np.float64)
+    np.put_along_axis(member, top, 1.0, axis=1)
+    shared = member @ member.T  # (n, n) counts of shared top-k entries
+    return _condense(shared) / k
