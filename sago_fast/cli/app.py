@@ -39,6 +39,11 @@ def root(
 
 def main() -> None:
     """Console-script entry point."""
+    import os
+
+    # The CLI owns its process: Numba's OpenMP pool and OpenBLAS spin-wait after work and, on few cores,
+    # slow each other down badly when interleaved. Sleeping waiters cost microseconds instead.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     from sago_fast.errors import SagoError
 
     debug = "--debug" in sys.argv[1:]

@@ -9,8 +9,12 @@ from sago_fast.kernels import drivers
 from sago_fast.kernels.gram import cosine_matrix, kl_matrix
 from sago_fast.kernels.metrics import METRICS, Metric, validate
 
-# From this many variants per example on, cosine uses the BLAS Gram form (benchmarks/bench_kernels.py).
+# From this many variants per example on, cosine uses the BLAS Gram form and KL the two-matmul form
+# (crossovers measured with benchmarks/bench_kernels.py).
 COSINE_GRAM_MIN_ROWS = 48
+KL_MATMUL_MIN_ROWS = 256  # the Numba KL (packed log rows) won up to 128 variants at 32k vocab
+# Below this many element operations (pairs x row length) one thread beats waking a thread pool.
+SERIAL_MAX_WORK = 1 << 21
 
 
 def _condense(full: np.ndarray) -> np.ndarray:
@@ -41,12 +45,14 @@ def pairwise(X: np.ndarray, metric: str = "cosine", *, check: bool = True) -> np
         validate(X, m)
     if X.shape[0] < 2:
         return np.zeros(0, dtype=np.float64)
-    if m.name == "kl":
+    n = X.shape[0]
+    if m.name == "kl" and n >= KL_MATMUL_MIN_ROWS:
         return _condense(kl_matrix(X))
-    if m.name == "cosine" and X.shape[0] >= COSINE_GRAM_MIN_ROWS:
+    if m.name == "cosine" and n >= COSINE_GRAM_MIN_ROWS:
         return _condense(cosine_matrix(X))
-    rows, aux = m.prepare(X)
-    return drivers.pairs_one(rows, aux, m.kernel)
+    rows = m.prepare(X)
+    serial = n * (n - 1) // 2 * X.shape[1] <= SERIAL_MAX_WORK
+    return (drivers.pairs_one_serial if serial else drivers.pairs_one)(rows, m.aux, m.kernel)
 
 
 def pairwise_batched(X: np.ndarray, metric: str = "cosine", *, check: bool = True) -> np.ndarray:
@@ -57,15 +63,14 @@ def pairwise_batched(X: np.ndarray, metric: str = "cosine", *, check: bool = Tru
         raise InputError(f"X must be 3-D (n_examples, n_variants, d), got shape {X.shape}")
     if check:
         validate(X, m)
-    n_examples, n, d = X.shape
+    n_examples, n = X.shape[:2]
     if n < 2:
         return np.zeros((n_examples, 0), dtype=np.float64)
-    if m.name == "kl":
+    if m.name == "kl" and n >= KL_MATMUL_MIN_ROWS:
         return _condense(kl_matrix(X))
     if m.name == "cosine" and n >= COSINE_GRAM_MIN_ROWS:
         return _condense(cosine_matrix(X))
-    rows, aux = m.prepare(X.reshape(n_examples * n, d))
-    return drivers.pairs_batched(rows.reshape(n_examples, n, d), aux.reshape(n_examples, n), m.kernel)
+    return drivers.pairs_batched(m.prepare(X), m.aux, m.kernel)
 
 
 def pairwise_layers(H: np.ndarray, metric: str = "cosine", *, check: bool = True) -> np.ndarray:
@@ -91,12 +96,11 @@ def distances_to_reference(
         raise InputError(f"X must be 3-D (n_examples, n_variants, d), got shape {X.shape}")
     if check:
         validate(X, m)
-    n_examples, n, d = X.shape
+    n_examples, n = X.shape[:2]
     ref = np.broadcast_to(np.asarray(reference, dtype=np.int64), (n_examples,)).copy()
     if ((ref < 0) | (ref >= n)).any():
         raise InputError(f"reference index out of range for {n} variants")
-    rows, aux = m.prepare(X.reshape(n_examples * n, d))
-    return drivers.to_reference(rows.reshape(n_examples, n, d), aux.reshape(n_examples, n), ref, m.kernel)
+    return drivers.to_reference(m.prepare(X), ref, m.aux, m.kernel)
 
 
 def topk_overlap(P: np.ndarray, k: int = 10) -> np.ndarray:

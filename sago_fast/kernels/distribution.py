@@ -78,3 +78,51 @@ def hellinger_sqrt_rows(r, s, aux_r, aux_s):  # type: ignore[no-untyped-def]
         d = float(r[i]) - float(s[i])
         acc += d * d
     return min(math.sqrt(0.5 * acc), 1.0)
+
+
+@njit(cache=True, fastmath=SAFE_FASTMATH)
+def log_row(p, out):  # type: ignore[no-untyped-def]
+    """out[i] = log p[i] for p[i] > 0, else 0 (float32; subnormal p in float64, which keeps KL exact
+    where q underflowed to a subnormal)."""
+    for i in range(p.shape[0]):
+        x = p[i]
+        if x >= FLOAT32_TINY:
+            out[i] = logf(x)
+        elif x > 0:
+            out[i] = np.float32(math.log(np.float64(x)))
+        else:
+            out[i] = np.float32(0.0)
+
+
+@njit(cache=True)
+def log_row64(p, out):  # type: ignore[no-untyped-def]
+    """out[i] = log p[i] for p[i] > 0, else 0 (float64 input stays exact)."""
+    for i in range(p.shape[0]):
+        out[i] = math.log(p[i]) if p[i] > 0 else 0.0
+
+
+@njit(cache=True)
+def has_zero(packed):  # type: ignore[no-untyped-def]
+    """Aux of the KL kernel on a packed row [p | log p]: 1.0 if some p_i <= 0, else 0.0."""
+    for i in range(packed.shape[0] // 2):
+        if packed[i] <= 0:
+            return 1.0
+    return 0.0
+
+
+@njit(cache=True, fastmath=SAFE_FASTMATH)
+def kl_packed(u, v, aux_u, aux_v):  # type: ignore[no-untyped-def]
+    """KL(p || q) from packed rows u = [p | log p], v = [q | log q] and aux = has_zero(row):
+    sum p (log p - log q); inf if some p_i > 0 has q_i = 0 (checked only when q has zeros)."""
+    d = u.shape[0] // 2
+    if aux_v > 0.0:
+        for i in range(d):
+            if u[i] > 0 and v[i] <= 0:
+                return np.inf
+    total = 0.0
+    for start in range(0, d, BLOCK):
+        s = u[0] - u[0]  # zero of the input dtype
+        for i in range(start, min(start + BLOCK, d)):
+            s += u[i] * (u[d + i] - v[d + i])
+        total += s
+    return max(total, 0.0)

@@ -10,7 +10,7 @@ import numpy as np
 
 from sago_fast.errors import InputError
 from sago_fast.kernels import distribution, vector
-from sago_fast.kernels.drivers import row_aux
+from sago_fast.kernels.drivers import rows_apply, zero_aux
 from sago_fast.registry import Registry
 
 DISTRIBUTION_SUM_TOL = 1e-3  # rows of a distribution must sum to 1 within this (float32 softmax rounding)
@@ -20,56 +20,62 @@ DISTRIBUTION_SUM_TOL = 1e-3  # rows of a distribution must sum to 1 within this 
 class Metric:
     """kind: "vector" (any finite rows) or "distribution" (non-negative rows summing to 1).
 
-    prepare: rows (m, d) -> (rows the kernel reads, aux (m,) float64). kernel: (u, v, aux_u, aux_v).
+    prepare: rows (m, d) -> rows the kernel reads (dtype conversion, sqrt or log rows), one pass.
+    aux: jitted row -> float64 computed by the drivers per row while it is in cache (norm, entropy).
+    kernel: jitted (u, v, aux_u, aux_v) -> float64.
     symmetric: d(u, v) == d(v, u) (KL is not; pairs are (i < j) as KL(X[i] || X[j])).
     """
 
     name: str
     kind: str
     kernel: Any
-    prepare: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
+    prepare: Callable[[np.ndarray], np.ndarray]
+    aux: Any = zero_aux
     symmetric: bool = True
 
 
 METRICS: Registry[Metric] = Registry("metric")
 
 
-def _no_aux(rows: np.ndarray) -> np.ndarray:
-    return np.zeros(rows.shape[0], dtype=np.float64)
-
-
 def _as_float(rows: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(rows if rows.dtype in (np.float32, np.float64) else rows.astype(np.float64))
 
 
-def _prepare_plain(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _as_float32(rows: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(rows, dtype=np.float32)  # the vectorised log works on float32
+
+
+def _packed_log_rows(rows: np.ndarray) -> np.ndarray:
+    """[p | log p] per row (log 0 stored as 0), so each KL pair only multiplies and adds."""
     rows = _as_float(rows)
-    return rows, _no_aux(rows)
+    d = rows.shape[-1]
+    flat = rows.reshape(-1, d)
+    packed = np.empty((flat.shape[0], 2 * d), dtype=rows.dtype)
+    packed[:, :d] = flat
+    log_fn = distribution.log_row if rows.dtype == np.float32 else distribution.log_row64
+    rows_apply(flat, packed[:, d:], log_fn)
+    return packed.reshape(*rows.shape[:-1], 2 * d)
 
 
-def _prepare_cosine(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    rows = _as_float(rows)
-    return rows, row_aux(rows, vector.row_norm)
-
-
-def _prepare_js(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    rows = np.ascontiguousarray(rows, dtype=np.float32)  # the vectorised log works on float32
-    return rows, row_aux(rows, distribution.neg_entropy)
-
-
-def _prepare_hellinger(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    rows = np.sqrt(_as_float(rows))
-    return rows, _no_aux(rows)
+def _sqrt_rows(rows: np.ndarray) -> np.ndarray:
+    return np.sqrt(_as_float(rows))
 
 
 for _metric in (
-    Metric("cosine", "vector", vector.cosine, _prepare_cosine),
-    Metric("euclidean", "vector", vector.euclidean, _prepare_plain),
-    Metric("sqeuclidean", "vector", vector.sqeuclidean, _prepare_plain),
-    Metric("kl", "distribution", distribution.kl, _prepare_plain, symmetric=False),
-    Metric("js", "distribution", distribution.js, _prepare_js),
-    Metric("tv", "distribution", distribution.tv, _prepare_plain),
-    Metric("hellinger", "distribution", distribution.hellinger_sqrt_rows, _prepare_hellinger),
+    Metric("cosine", "vector", vector.cosine, _as_float, aux=vector.row_norm),
+    Metric("euclidean", "vector", vector.euclidean, _as_float),
+    Metric("sqeuclidean", "vector", vector.sqeuclidean, _as_float),
+    Metric(
+        "kl",
+        "distribution",
+        distribution.kl_packed,
+        _packed_log_rows,
+        aux=distribution.has_zero,
+        symmetric=False,
+    ),
+    Metric("js", "distribution", distribution.js, _as_float32, aux=distribution.neg_entropy),
+    Metric("tv", "distribution", distribution.tv, _as_float),
+    Metric("hellinger", "distribution", distribution.hellinger_sqrt_rows, _sqrt_rows),
 ):
     METRICS.add(_metric.name, _metric)
 

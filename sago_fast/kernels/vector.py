@@ -2,7 +2,8 @@
 
 Every kernel has the signature ``kernel(u, v, aux_u, aux_v)``; ``aux`` holds a per-row quantity the
 driver precomputes once (here: the L2 norm for cosine), so the pair loop does no repeated work.
-Accumulation is in float64 whatever the input dtype.
+Sums run over blocks of ``BLOCK`` elements in the input's dtype (so float32 loops vectorise) and the
+block sums are added in float64: float64 input stays float64 throughout.
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from __future__ import annotations
 import math
 
 from numba import njit
+
+BLOCK = 256
 
 # Only reassociation/contraction, so that LLVM can vectorise reductions; never nnan/ninf (zeros and
 # infinities must keep their IEEE meaning).
@@ -19,20 +22,34 @@ SAFE_FASTMATH = {"reassoc", "contract"}
 @njit(cache=True, fastmath=SAFE_FASTMATH)
 def row_norm(u):  # type: ignore[no-untyped-def]
     """||u||_2."""
-    s = 0.0
-    for i in range(u.shape[0]):
-        s += float(u[i]) * float(u[i])
-    return math.sqrt(s)
+    return math.sqrt(dot(u, u))
+
+
+@njit(cache=True, fastmath=SAFE_FASTMATH)
+def dot(u, v):  # type: ignore[no-untyped-def]
+    """sum_i u_i v_i (block sums in the input dtype, total in float64)."""
+    n = u.shape[0]
+    total = 0.0
+    for start in range(0, n, BLOCK):
+        s = u[0] - u[0]  # zero of the input dtype
+        for i in range(start, min(start + BLOCK, n)):
+            s += u[i] * v[i]
+        total += s
+    return total
 
 
 @njit(cache=True, fastmath=SAFE_FASTMATH)
 def sqeuclidean(u, v, aux_u, aux_v):  # type: ignore[no-untyped-def]
     """sum_i (u_i - v_i)^2"""
-    s = 0.0
-    for i in range(u.shape[0]):
-        d = float(u[i]) - float(v[i])
-        s += d * d
-    return s
+    n = u.shape[0]
+    total = 0.0
+    for start in range(0, n, BLOCK):
+        s = u[0] - u[0]
+        for i in range(start, min(start + BLOCK, n)):
+            d = u[i] - v[i]
+            s += d * d
+        total += s
+    return total
 
 
 @njit(cache=True, fastmath=SAFE_FASTMATH)
@@ -52,8 +69,5 @@ def cosine(u, v, aux_u, aux_v):  # type: ignore[no-untyped-def]
         return 0.0
     if aux_u == 0.0 or aux_v == 0.0:
         return 1.0
-    s = 0.0
-    for i in range(u.shape[0]):
-        s += float(u[i]) * float(v[i])
-    d = 1.0 - s / (aux_u * aux_v)
+    d = 1.0 - dot(u, v) / (aux_u * aux_v)
     return min(max(d, 0.0), 2.0)
