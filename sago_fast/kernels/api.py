@@ -8,8 +8,10 @@ from sago_fast.errors import InputError
 from sago_fast.kernels import drivers
 from sago_fast.kernels.gram import cosine_matrix, kl_matrix
 from sago_fast.kernels.metrics import METRICS, Metric, validate
+from sago_fast.kernels.tiled import cosine_condensed
 
-# From this many variants per example on, cosine uses the BLAS Gram form and KL the two-matmul form
+# From this many variants per example on, cosine uses the BLAS Gram form (below: a register-tiled Numba
+# Gram) and KL the two-matmul form
 # (crossovers measured with benchmarks/bench_kernels.py).
 COSINE_GRAM_MIN_ROWS = 48
 KL_MATMUL_MIN_ROWS = 256  # the Numba KL (packed log rows) won up to 128 variants at 32k vocab
@@ -48,8 +50,8 @@ def pairwise(X: np.ndarray, metric: str = "cosine", *, check: bool = True) -> np
     n = X.shape[0]
     if m.name == "kl" and n >= KL_MATMUL_MIN_ROWS:
         return _condense(kl_matrix(X))
-    if m.name == "cosine" and n >= COSINE_GRAM_MIN_ROWS:
-        return _condense(cosine_matrix(X))
+    if m.name == "cosine":
+        return _condense(cosine_matrix(X)) if n >= COSINE_GRAM_MIN_ROWS else cosine_condensed(m.prepare(X))
     rows = m.prepare(X)
     serial = n * (n - 1) // 2 * X.shape[1] <= SERIAL_MAX_WORK
     return (drivers.pairs_one_serial if serial else drivers.pairs_one)(rows, m.aux, m.kernel)

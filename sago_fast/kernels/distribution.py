@@ -23,29 +23,39 @@ LN2 = math.log(2.0)
 @njit(cache=True, fastmath=SAFE_FASTMATH)
 def neg_entropy(p):  # type: ignore[no-untyped-def]
     """sum_i p_i log p_i (float32 input; 0 log 0 = 0)."""
-    total = 0.0
     n = p.shape[0]
-    for start in range(0, n, BLOCK):
+    full = n - n % BLOCK
+    total = 0.0
+    for start in range(0, full, BLOCK):
         s = np.float32(0.0)
-        for i in range(start, min(start + BLOCK, n)):
-            x = p[i]
+        for i in range(BLOCK):
+            x = p[start + i]
             s += x * logf(max(x, FLOAT32_TINY))
         total += s
-    return total
+    s = np.float32(0.0)
+    for i in range(full, n):
+        x = p[i]
+        s += x * logf(max(x, FLOAT32_TINY))
+    return total + s
 
 
 @njit(cache=True, fastmath=SAFE_FASTMATH)
 def js(p, q, aux_p, aux_q):  # type: ignore[no-untyped-def]
     """JS(p, q) = (sum p log p + sum q log q) / 2 - sum m log m, m = (p + q) / 2; in [0, ln 2]."""
-    total = 0.0
     n = p.shape[0]
-    for start in range(0, n, BLOCK):
+    full = n - n % BLOCK
+    total = 0.0
+    for start in range(0, full, BLOCK):
         s = np.float32(0.0)
-        for i in range(start, min(start + BLOCK, n)):
-            m = np.float32(0.5) * (p[i] + q[i])
+        for i in range(BLOCK):
+            m = np.float32(0.5) * (p[start + i] + q[start + i])
             s += m * logf(max(m, FLOAT32_TINY))
         total += s
-    d = 0.5 * (aux_p + aux_q) - total
+    s = np.float32(0.0)
+    for i in range(full, n):
+        m = np.float32(0.5) * (p[i] + q[i])
+        s += m * logf(max(m, FLOAT32_TINY))
+    d = 0.5 * (aux_p + aux_q) - (total + s)
     return min(max(d, 0.0), LN2)
 
 
@@ -119,10 +129,14 @@ def kl_packed(u, v, aux_u, aux_v):  # type: ignore[no-untyped-def]
         for i in range(d):
             if u[i] > 0 and v[i] <= 0:
                 return np.inf
+    full = d - d % BLOCK
     total = 0.0
-    for start in range(0, d, BLOCK):
+    for start in range(0, full, BLOCK):
         s = u[0] - u[0]  # zero of the input dtype
-        for i in range(start, min(start + BLOCK, d)):
-            s += u[i] * (u[d + i] - v[d + i])
+        for i in range(BLOCK):
+            s += u[start + i] * (u[d + start + i] - v[d + start + i])
         total += s
-    return max(total, 0.0)
+    s = u[0] - u[0]
+    for i in range(full, d):
+        s += u[i] * (u[d + i] - v[d + i])
+    return max(total + s, 0.0)

@@ -10,13 +10,14 @@ from scipy.special import xlogy
 
 
 def cosine_matrix(X: np.ndarray) -> np.ndarray:
-    """(..., n, d) -> (..., n, n) cosine distances via the Gram matrix in float64.
+    """(..., n, d) -> (..., n, n) cosine distances via the Gram matrix (BLAS in the input's precision,
+    float32 or float64; the rest in float64).
 
     Same zero-vector convention as the loop kernel: 0 between two zero rows, 1 between a zero and a
     non-zero row.
     """
-    X64 = X.astype(np.float64, copy=False)
-    gram = X64 @ np.swapaxes(X64, -1, -2)  # (..., n, n)
+    Xf = X if X.dtype in (np.float32, np.float64) else X.astype(np.float64)
+    gram = (Xf @ np.swapaxes(Xf, -1, -2)).astype(np.float64)  # (..., n, n)
     norms = np.sqrt(np.clip(np.diagonal(gram, axis1=-2, axis2=-1), 0.0, None))  # (..., n)
     denom = norms[..., :, None] * norms[..., None, :]
     with np.errstate(invalid="ignore", divide="ignore"):
