@@ -8,7 +8,6 @@ from sago_fast.errors import InputError
 from sago_fast.kernels import drivers
 from sago_fast.kernels.gram import cosine_matrix, kl_matrix
 from sago_fast.kernels.metrics import METRICS, Metric, validate
-from sago_fast.kernels.tiled import cosine_condensed
 
 # From this many variants per example on, cosine uses the BLAS Gram form (below: a register-tiled Numba
 # Gram) and KL the two-matmul form
@@ -50,9 +49,11 @@ def pairwise(X: np.ndarray, metric: str = "cosine", *, check: bool = True) -> np
     n = X.shape[0]
     if m.name == "kl" and n >= KL_MATMUL_MIN_ROWS:
         return _condense(kl_matrix(X))
-    if m.name == "cosine":
-        return _condense(cosine_matrix(X)) if n >= COSINE_GRAM_MIN_ROWS else cosine_condensed(m.prepare(X))
+    if m.name == "cosine" and n >= COSINE_GRAM_MIN_ROWS:
+        return _condense(cosine_matrix(X))
     rows = m.prepare(X)
+    if m.tiled is not None:
+        return m.tiled(rows)
     serial = n * (n - 1) // 2 * X.shape[1] <= SERIAL_MAX_WORK
     return (drivers.pairs_one_serial if serial else drivers.pairs_one)(rows, m.aux, m.kernel)
 
@@ -72,7 +73,10 @@ def pairwise_batched(X: np.ndarray, metric: str = "cosine", *, check: bool = Tru
         return _condense(kl_matrix(X))
     if m.name == "cosine" and n >= COSINE_GRAM_MIN_ROWS:
         return _condense(cosine_matrix(X))
-    return drivers.pairs_batched(m.prepare(X), m.aux, m.kernel)
+    rows = m.prepare(X)
+    if m.tiled is not None:
+        return drivers.batched_tiled(rows, m.tiled)
+    return drivers.pairs_batched(rows, m.aux, m.kernel)
 
 
 def pairwise_layers(H: np.ndarray, metric: str = "cosine", *, check: bool = True) -> np.ndarray:

@@ -66,6 +66,16 @@ def pairs_batched(X, aux_fn, kernel):  # type: ignore[no-untyped-def]
 
 
 @njit(cache=True, parallel=True)
+def batched_tiled(X, tiled):  # type: ignore[no-untyped-def]
+    """X (E, V, d) -> (E, V*(V-1)/2) with a whole-example tiled function ``tiled(X_e) -> condensed``."""
+    n_examples, n = X.shape[0], X.shape[1]
+    out = np.empty((n_examples, n * (n - 1) // 2), dtype=np.float64)
+    for e in prange(n_examples):
+        out[e] = tiled(X[e])
+    return out
+
+
+@njit(cache=True, parallel=True)
 def to_reference(X, ref, aux_fn, kernel):  # type: ignore[no-untyped-def]
     """X (E, V, d), ref (E,) int -> (E, V): distance of each variant to variant ref[e] (0 for itself)."""
     n_examples, n = X.shape[0], X.shape[1]

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from sago_fast.errors import InputError
-from sago_fast.kernels import distribution, vector
+from sago_fast.kernels import distribution, tiled, vector
 from sago_fast.kernels.drivers import rows_apply, zero_aux
 from sago_fast.registry import Registry
 
@@ -32,6 +32,7 @@ class Metric:
     prepare: Callable[[np.ndarray], np.ndarray]
     aux: Any = zero_aux
     symmetric: bool = True
+    tiled: Any = None  # optional jitted X_e (n, d) -> condensed, register-tiled over all pairs
 
 
 METRICS: Registry[Metric] = Registry("metric")
@@ -62,9 +63,9 @@ def _sqrt_rows(rows: np.ndarray) -> np.ndarray:
 
 
 for _metric in (
-    Metric("cosine", "vector", vector.cosine, _as_float, aux=vector.row_norm),
-    Metric("euclidean", "vector", vector.euclidean, _as_float),
-    Metric("sqeuclidean", "vector", vector.sqeuclidean, _as_float),
+    Metric("cosine", "vector", vector.cosine, _as_float, aux=vector.row_norm, tiled=tiled.cosine_condensed),
+    Metric("euclidean", "vector", vector.euclidean, _as_float, tiled=tiled.euclidean_condensed),
+    Metric("sqeuclidean", "vector", vector.sqeuclidean, _as_float, tiled=tiled.sqeuclidean_condensed),
     Metric(
         "kl",
         "distribution",
@@ -74,8 +75,14 @@ for _metric in (
         symmetric=False,
     ),
     Metric("js", "distribution", distribution.js, _as_float32, aux=distribution.neg_entropy),
-    Metric("tv", "distribution", distribution.tv, _as_float),
-    Metric("hellinger", "distribution", distribution.hellinger_sqrt_rows, _sqrt_rows),
+    Metric("tv", "distribution", distribution.tv, _as_float, tiled=tiled.tv_condensed),
+    Metric(
+        "hellinger",
+        "distribution",
+        distribution.hellinger_sqrt_rows,
+        _sqrt_rows,
+        tiled=tiled.hellinger_condensed,
+    ),
 ):
     METRICS.add(_metric.name, _metric)
 
