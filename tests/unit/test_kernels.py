@@ -52,15 +52,16 @@ def reference_pdist(X, metric):
 
 
 def random_rows(metric, n, d, dtype, rng, degenerate=False):
+    """Random rows; ``degenerate`` (n >= 5) plants zero/one-hot/uniform/repeated rows."""
     if METRICS.get(metric).kind == "vector":
         X = rng.standard_normal((n, d))
-        if degenerate:
+        if degenerate and n >= 5:
             X[1] = 0.0
             X[2] = 0.0
             X[3] = X[4]
     else:
         X = rng.dirichlet(np.full(d, 0.3), size=n)
-        if degenerate:
+        if degenerate and n >= 5:
             X[1] = np.eye(d)[0]  # one-hot
             X[2] = np.eye(d)[0]
             X[3] = np.full(d, 1.0 / d)  # uniform
@@ -76,7 +77,7 @@ def test_reference_table_covers_every_registered_metric():
 @pytest.mark.parametrize("metric", sorted(REFERENCES))
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("degenerate", [False, True])
-@pytest.mark.parametrize("n", [6, 60])  # 60 crosses the cosine Gram threshold
+@pytest.mark.parametrize("n", [3, 6, 60])  # tiles of 4 + tails; 60 crosses the cosine Gram threshold
 def test_pairwise_matches_reference(metric, dtype, degenerate, n):
     rng = np.random.default_rng(n)
     X = random_rows(metric, n, 257, dtype, rng, degenerate)
