@@ -58,14 +58,20 @@ def pairwise(X: np.ndarray, metric: str = "cosine", *, check: bool = True) -> np
     return (drivers.pairs_one_serial if serial else drivers.pairs_one)(rows, m.aux, m.kernel)
 
 
-def pairwise_batched(X: np.ndarray, metric: str = "cosine", *, check: bool = True) -> np.ndarray:
-    """(n_examples, n_variants, d) -> (n_examples, n_pairs): each example's variants against each other."""
+def _examples_input(X: np.ndarray, metric: str, check: bool) -> tuple[np.ndarray, Metric]:
+    """Shape (n_examples, n_variants, d) and content checks shared by the per-example entry points."""
     X = np.asarray(X)
     m = _metric(metric)
     if X.ndim != 3:
         raise InputError(f"X must be 3-D (n_examples, n_variants, d), got shape {X.shape}")
     if check:
         validate(X, m)
+    return X, m
+
+
+def pairwise_batched(X: np.ndarray, metric: str = "cosine", *, check: bool = True) -> np.ndarray:
+    """(n_examples, n_variants, d) -> (n_examples, n_pairs): each example's variants against each other."""
+    X, m = _examples_input(X, metric, check)
     n_examples, n = X.shape[:2]
     if n < 2:
         return np.zeros((n_examples, 0), dtype=np.float64)
@@ -96,12 +102,7 @@ def distances_to_reference(
     reference variant (the canonical one) of its example; ``reference`` is one index or one per example.
     For KL the direction is KL(variant || reference).
     """
-    X = np.asarray(X)
-    m = _metric(metric)
-    if X.ndim != 3:
-        raise InputError(f"X must be 3-D (n_examples, n_variants, d), got shape {X.shape}")
-    if check:
-        validate(X, m)
+    X, m = _examples_input(X, metric, check)
     n_examples, n = X.shape[:2]
     ref = np.broadcast_to(np.asarray(reference, dtype=np.int64), (n_examples,)).copy()
     if ((ref < 0) | (ref >= n)).any():
