@@ -1,0 +1,47 @@
+"""Generation consistency from the answers chosen under each variant (multiple choice / pairwise).
+
+For variants S (canonical + the family's variants, or all meaning-preserving ones):
+  answer_disagreement = 1 - mean over pairs of [same answer content]
+  correctness_flip    = mean over pairs of |correct_u - correct_v|
+  flip_rate           = share of non-canonical variants whose answer differs from the canonical one
+  worst_case          = min over variants of correctness (its dataset mean is robust accuracy)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sago_fast.axes.records import ExampleOutputs, ItemScore
+
+AXIS = "generation"
+
+
+def _pair_mean(values: np.ndarray, same: bool) -> float:
+    """Mean over unordered pairs of [v_u == v_v] (same=True) or |v_u - v_v| (same=False)."""
+    n = len(values)
+    if n < 2:
+        return float("nan")
+    i, j = np.triu_indices(n, 1)
+    if same:
+        return float(np.mean(values[i] == values[j]))
+    return float(np.mean(np.abs(values[i].astype(float) - values[j].astype(float))))
+
+
+def generation_scores(ex: ExampleOutputs, families: list[str | None]) -> list[ItemScore]:
+    out: list[ItemScore] = []
+    for family in families:
+        mask = ex.family_mask(family)
+        if mask.sum() < 2:
+            continue
+        answers, correct = ex.answer[mask], ex.correct[mask]
+        canonical_answer = ex.answer[0]
+        rest = answers[1:]  # canonical is variant 0 and always in the mask
+        out += [
+            ItemScore(
+                ex.example_id, AXIS, "answer_disagreement", family, 1.0 - _pair_mean(answers, same=True)
+            ),
+            ItemScore(ex.example_id, AXIS, "correctness_flip", family, _pair_mean(correct, same=False)),
+            ItemScore(ex.example_id, AXIS, "flip_rate", family, float(np.mean(rest != canonical_answer))),
+            ItemScore(ex.example_id, AXIS, "worst_case", family, float(correct.min())),
+        ]
+    return out

@@ -1,0 +1,56 @@
+"""Response mirroring: does the answer follow the variant's form instead of its content?
+
+position_mirroring  = among option permutations that move the canonical answer, the share where the
+                      model keeps the canonical answer's *position* (chance: 1/K, stored as position_chance)
+mirroring_log_odds  = log((positions kept + 1/2) / (contents kept + 1/2)) over those variants
+cue_following       = mean over wrong-hint variants of P_hint(X) - P_canonical(X), X = the hinted option
+swap_consistency    = pairwise tasks: share of item swaps after which the verdict is the same content
+                      (higher = more consistent; the one score where higher is better)
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from sago_fast.axes.records import ExampleOutputs, ItemScore
+
+AXIS = "mirroring"
+
+
+def mirroring_scores(ex: ExampleOutputs) -> list[ItemScore]:
+    out: list[ItemScore] = []
+    fam = np.asarray(ex.families)
+    canonical_answer = int(ex.answer[0])
+    canonical_position = int(np.where(ex.option_order[0] == canonical_answer)[0][0])
+
+    perm = np.where(fam == "option_permutation")[0]
+    moved = [
+        v for v in perm if int(np.where(ex.option_order[v] == canonical_answer)[0][0]) != canonical_position
+    ]
+    if moved:
+        position_kept = sum(int(ex.option_order[v][canonical_position] == ex.answer[v]) for v in moved)
+        content_kept = sum(int(ex.answer[v] == canonical_answer) for v in moved)
+        out += [
+            ItemScore(
+                ex.example_id, AXIS, "position_mirroring", "option_permutation", position_kept / len(moved)
+            ),
+            ItemScore(ex.example_id, AXIS, "position_chance", "option_permutation", 1.0 / ex.n_options),
+            ItemScore(
+                ex.example_id,
+                AXIS,
+                "mirroring_log_odds",
+                "option_permutation",
+                math.log((position_kept + 0.5) / (content_kept + 0.5)),
+            ),
+        ]
+    hints = [v for v in np.where(fam == "wrong_hint")[0] if ex.hint_index[v] >= 0]
+    if hints:
+        shift = [ex.option_probs[v, ex.hint_index[v]] - ex.option_probs[0, ex.hint_index[v]] for v in hints]
+        out.append(ItemScore(ex.example_id, AXIS, "cue_following", "wrong_hint", float(np.mean(shift))))
+    swaps = np.where(fam == "pair_swap")[0]
+    if len(swaps):
+        consistent = np.mean([ex.answer[v] == canonical_answer for v in swaps])
+        out.append(ItemScore(ex.example_id, AXIS, "swap_consistency", "pair_swap", float(consistent)))
+    return out

@@ -1,0 +1,150 @@
+"""Every axis metric on small cases computed by hand (JS and CKA against scipy / the textbook formula)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy.spatial.distance import jensenshannon
+
+from sago_fast.axes.activation import activation_scores
+from sago_fast.axes.confidence import confidence_scores, expected_calibration_error
+from sago_fast.axes.generation import generation_scores
+from sago_fast.axes.mirroring import mirroring_scores
+from sago_fast.axes.records import ExampleOutputs
+
+PROBS = np.array(
+    [
+        [0.2, 0.7, 0.1],  # canonical -> answers 1 (gold)
+        [0.1, 0.3, 0.6],  # permutation [1, 2, 0] -> 2
+        [0.5, 0.3, 0.2],  # permutation [2, 0, 1] -> 0
+        [0.6, 0.3, 0.1],  # typo -> 0
+        [0.8, 0.1, 0.1],  # wrong hint naming option 0 -> 0
+    ]
+)
+EX = ExampleOutputs(
+    example_id="e1",
+    gold=1,
+    answer=np.array([1, 2, 0, 0, 0]),
+    correct=np.array([True, False, False, False, False]),
+    option_probs=PROBS,
+    families=("canonical", "option_permutation", "option_permutation", "typo", "wrong_hint"),
+    meaning_preserving=np.array([True, True, True, True, False]),
+    option_order=np.array([[0, 1, 2], [1, 2, 0], [2, 0, 1], [0, 1, 2], [0, 1, 2]]),
+    hint_index=np.array([-1, -1, -1, -1, 0]),
+)
+FAMILIES = [None, "option_permutation", "typo"]
+
+
+def as_dict(scores):
+    return {(s.metric, s.family): s.value for s in scores}
+
+
+def test_generation_by_hand():
+    got = as_dict(generation_scores(EX, FAMILIES))
+    # all meaning-preserving: answers [1, 2, 0, 0] -> 1 equal pair of 6; correct [1, 0, 0, 0] -> 3 of 6 differ
+    assert got[("answer_disagreement", None)] == pytest.approx(5 / 6)
+    assert got[("correctness_flip", None)] == pytest.approx(3 / 6)
+    assert got[("flip_rate", None)] == pytest.approx(1.0)
+    assert got[("worst_case", None)] == 0.0
+    # permutations only: answers [1, 2, 0]; correct [1, 0, 0]
+    assert got[("answer_disagreement", "option_permutation")] == pytest.approx(1.0)
+    assert got[("correctness_flip", "option_permutation")] == pytest.approx(2 / 3)
+    assert got[("flip_rate", "option_permutation")] == pytest.approx(1.0)
+    assert got[("answer_disagreement", "typo")] == pytest.approx(1.0)
+
+
+def test_generation_stable_example_scores_zero():
+    stable = ExampleOutputs(
+        "s",
+        0,
+        np.zeros(3, int),
+        np.ones(3, bool),
+        np.tile([[0.9, 0.1]], (3, 1)),
+        ("canonical", "typo", "typo"),
+        np.ones(3, bool),
+        np.tile([[0, 1]], (3, 1)),
+        -np.ones(3, int),
+    )
+    got = as_dict(generation_scores(stable, [None]))
+    assert got[("answer_disagreement", None)] == 0.0 and got[("flip_rate", None)] == 0.0
+    assert got[("worst_case", None)] == 1.0
+
+
+def test_confidence_by_hand():
+    got = as_dict(confidence_scores(EX, [None]))
+    # p_gold [0.7, 0.3, 0.3, 0.3]: mean 0.4, population variance (0.09 + 3 * 0.01) / 4 = 0.03
+    assert got[("p_gold_sd", None)] == pytest.approx(math.sqrt(0.03))
+    assert got[("p_gold_range", None)] == pytest.approx(0.4)
+    # gold margins: + (0.7 vs 0.2), - (0.3 vs 0.6), - (0.3 vs 0.5), - (0.3 vs 0.6): 3 of 6 pairs flip
+    assert got[("margin_flip", None)] == pytest.approx(0.5)
+    P = PROBS[:4]
+    want = np.mean([jensenshannon(P[i], P[j]) ** 2 for i in range(4) for j in range(i + 1, 4)])
+    assert got[("option_js", None)] == pytest.approx(want, abs=2e-6)
+
+
+def test_next_token_js_and_ece():
+    vocab = np.array([[0.5, 0.5, 0.0], [0.0, 0.5, 0.5], [0.5, 0.5, 0.0], [0.5, 0.5, 0.0], [1.0, 0.0, 0.0]])
+    got = as_dict(confidence_scores(EX, [None], next_token_probs=vocab))
+    # pairs among the 4 meaning-preserving variants: 3 pairs involve row 1 (JS = ln2 / 2 each? computed by scipy)
+    js01 = jensenshannon(vocab[0], vocab[1]) ** 2
+    assert got[("next_token_js", None)] == pytest.approx(3 * js01 / 6, abs=2e-6)
+    # ECE: bins 9, 5, 6 hold one prediction each: (|1 - .95| + |0 - .55| + |1 - .6|) / 3 = 1/3
+    assert expected_calibration_error(np.array([0.95, 0.55, 0.6]), np.array([1, 0, 1])) == pytest.approx(
+        1 / 3
+    )
+
+
+def test_mirroring_by_hand():
+    got = as_dict(mirroring_scores(EX))
+    # both permutations move the canonical answer (content 1) away from position 1; both answers are the
+    # option now shown at position 1 (2, then 0): positions kept 2, contents kept 0
+    assert got[("position_mirroring", "option_permutation")] == 1.0
+    assert got[("position_chance", "option_permutation")] == pytest.approx(1 / 3)
+    assert got[("mirroring_log_odds", "option_permutation")] == pytest.approx(math.log(2.5 / 0.5))
+    # hint names option 0: P rises from 0.2 to 0.8
+    assert got[("cue_following", "wrong_hint")] == pytest.approx(0.6)
+
+
+@pytest.mark.parametrize("swap_answer,expected", [(0, 1.0), (1, 0.0)])
+def test_swap_consistency(swap_answer, expected):
+    pair = ExampleOutputs(
+        "p",
+        0,
+        np.array([0, swap_answer]),
+        np.array([True, swap_answer == 0]),
+        np.array([[0.8, 0.2], [0.6, 0.4] if swap_answer == 0 else [0.3, 0.7]]),
+        ("canonical", "pair_swap"),
+        np.array([True, True]),
+        np.array([[0, 1], [1, 0]]),
+        np.array([-1, -1]),
+    )
+    assert as_dict(mirroring_scores(pair))[("swap_consistency", "pair_swap")] == expected
+
+
+def reference_cka(A, B):
+    A = A - A.mean(0)
+    B = B - B.mean(0)
+    return np.linalg.norm(B.T @ A) ** 2 / (np.linalg.norm(A.T @ A) * np.linalg.norm(B.T @ B))
+
+
+def test_activation_by_hand():
+    # 1 layer, 3 examples, variants (canonical, typo), d = 2
+    H = np.array([[[[1, 0], [0, 1]], [[1, 1], [1, -1]], [[0, 1], [1, 0]]]], dtype=float)  # (1, 3, 2, 2)
+    scores, dataset_rows = activation_scores(H, ("canonical", "typo"), np.array([True, True]), [None, "typo"])
+    table = {
+        (int(e), m, f): v
+        for e, m, f, v in zip(scores.example_index, scores.metric, scores.family, scores.value)
+    }
+    # every example's two variants are orthogonal: cosine distance 1
+    for e in range(3):
+        assert table[(e, "dispersion_raw", None)] == pytest.approx(1.0)
+    # canonical distances: (0,1) 1 - 1/sqrt2, (0,2) 1, (1,2) 1 - 1/sqrt2
+    between = (2 * (1 - 1 / math.sqrt(2)) + 1) / 3
+    assert table[(0, "dispersion", "typo")] == pytest.approx(1 / between)
+    # k = E - 2 = 1 nearest other example: canonical 0->1, 1->0 (tie, lower index), 2->1; typo 0->2, 1->2, 2->1
+    assert [table[(e, "knn_instability", "typo")] for e in range(3)] == [1.0, 1.0, 0.0]
+    cka = {(layer, metric, family): value for layer, metric, family, value in dataset_rows}
+    assert cka[(0, "cka", "typo")] == pytest.approx(reference_cka(H[0, :, 0], H[0, :, 1]))
+    assert cka[(0, "between_example_distance", "canonical")] == pytest.approx(between)
