@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from sago_fast.checkpoints.tiny import ARCHITECTURES, build_tiny_checkpoint, train_tokenizer
+from sago_fast.checkpoints.tiny import ARCHITECTURES, TinySize, build_tiny_checkpoint, train_tokenizer
+
+TEST_SIZE = TinySize(max_positions=512)  # long enough for few-shot variants
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -35,7 +37,10 @@ def tokenizer():
 def checkpoints(tmp_path_factory: pytest.TempPathFactory, tokenizer) -> dict[str, Path]:
     """One tiny random checkpoint per registered architecture."""
     root = tmp_path_factory.mktemp("checkpoints")
-    return {arch: build_tiny_checkpoint(arch, root / arch, tokenizer=tokenizer) for arch in ARCHITECTURES}
+    return {
+        arch: build_tiny_checkpoint(arch, root / arch, TEST_SIZE, tokenizer=tokenizer)
+        for arch in ARCHITECTURES
+    }
 
 
 @pytest.fixture(scope="session")

@@ -125,4 +125,21 @@ MIGRATIONS: tuple[Migration, ...] = (
         );
         """,
     ),
+    Migration(
+        2,
+        "dataset-level scores (CKA per layer and family, between-example distance, ECE per family)",
+        """
+        CREATE TABLE dataset_scores (
+            run_id VARCHAR NOT NULL,
+            model_id VARCHAR NOT NULL,
+            dataset_id VARCHAR NOT NULL,
+            axis VARCHAR NOT NULL,
+            metric VARCHAR NOT NULL,
+            family VARCHAR,
+            layer INTEGER,
+            pooling VARCHAR,
+            value DOUBLE
+        );
+        """,
+    ),
 )

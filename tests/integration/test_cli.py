@@ -100,8 +100,8 @@ def test_probe_bad_texts(checkpoints, cache_dir):
     ckpt = str(checkpoints["llama"])
     _assert_one_line_error(sago("probe", ckpt, "ok", "", "--cache-dir", str(cache_dir)), "empty prompt")
     _assert_one_line_error(
-        sago("probe", ckpt, "word " * 300, "--cache-dir", str(cache_dir)),
-        "longer than the model's 128 positions",
+        sago("probe", ckpt, "word " * 1200, "--cache-dir", str(cache_dir)),
+        "longer than the model's 512 positions",
     )
 
 

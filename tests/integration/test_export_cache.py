@@ -125,8 +125,8 @@ def test_bad_texts(checkpoints, cache_dir):
     model = sago_fast.load_model(checkpoints["llama"], cache_dir=cache_dir)
     with pytest.raises(InputError, match="text 1: empty prompt"):
         model.probe(["fine", ""])
-    too_long = "word " * 400  # max positions 128
-    with pytest.raises(InputError, match="longer than the model's 128 positions"):
+    too_long = "word " * 1200  # max positions 512
+    with pytest.raises(InputError, match="longer than the model's 512 positions"):
         model.probe([too_long])
     with pytest.raises(InputError, match="list of texts"):
         model.probe("not a list")

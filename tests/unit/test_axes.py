@@ -135,7 +135,7 @@ def test_activation_by_hand():
     scores, dataset_rows = activation_scores(H, ("canonical", "typo"), np.array([True, True]), [None, "typo"])
     table = {
         (int(e), m, f): v
-        for e, m, f, v in zip(scores.example_index, scores.metric, scores.family, scores.value)
+        for e, m, f, v in zip(scores.example_index, scores.metric, scores.family, scores.value, strict=True)
     }
     # every example's two variants are orthogonal: cosine distance 1
     for e in range(3):

@@ -1,0 +1,64 @@
+"""Evaluate checkpoints on datasets: variants → ONNX Runtime → the four SAGO axes → DuckDB."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from sago_fast.cli.options import CacheDirOpt
+
+
+def run_command(
+    model: Annotated[
+        list[str] | None, typer.Option("--model", "-m", help="Checkpoint directory (repeatable).")
+    ] = None,
+    dataset: Annotated[
+        list[str] | None, typer.Option("--dataset", "-d", help="Built-in suite or data file (repeatable).")
+    ] = None,
+    db: Annotated[Path | None, typer.Option("--db", help="DuckDB results file (appended to).")] = None,
+    families: Annotated[
+        list[str] | None, typer.Option("--families", "-F", help="Families to use (repeatable; default all).")
+    ] = None,
+    variants_per_family: Annotated[
+        int | None, typer.Option("--variants-per-family", "-k", help="Variants per family (default 2).")
+    ] = None,
+    limit: Annotated[int | None, typer.Option("--limit", help="First N examples of each dataset.")] = None,
+    device: Annotated[str | None, typer.Option("--device", help="cpu, cuda or auto (default cpu).")] = None,
+    seed: Annotated[int | None, typer.Option("--seed", help="Variant seed (default 0).")] = None,
+    config: Annotated[
+        Path | None, typer.Option("--config", help="YAML file with the same settings; options override it.")
+    ] = None,
+    cache_dir: CacheDirOpt = None,
+) -> None:
+    from sago_fast.cli.query import render_table
+    from sago_fast.errors import InputError
+    from sago_fast.run import RunConfig, run
+    from sago_fast.run.pipeline import summary_rows
+    from sago_fast.store import Store
+
+    given = {
+        "models": tuple(model or ()),
+        "datasets": tuple(dataset or ()),
+        "db": db,
+        "families": tuple(families) if families else None,
+        "variants_per_family": variants_per_family,
+        "limit": limit,
+        "device": device,
+        "seed": seed,
+        "cache_dir": cache_dir,
+    }
+    if config is not None:
+        run_config = RunConfig.from_yaml(config, **given)
+    else:
+        if db is None:
+            raise InputError("--db is required (or give it in --config)")
+        run_config = RunConfig(**{k: v for k, v in given.items() if v is not None})
+    result = run(run_config)
+    with Store(result.db_path, read_only=True) as store:
+        columns, rows = summary_rows(store, result.run_id)
+    typer.echo(render_table(columns, rows))
+    typer.echo(
+        f"\nrun {result.run_id} on {result.provider}: {len(result.units)} units -> {Path(result.db_path).resolve()}"
+    )

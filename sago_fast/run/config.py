@@ -1,0 +1,76 @@
+"""Run configuration: a frozen dataclass, from CLI options or a YAML file."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from sago_fast.errors import InputError
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """models: checkpoint paths (or hub ids). datasets: built-in suite names or data files.
+
+    families: perturbation families (None = all registered); variants_per_family: k; limit: first N
+    examples of each dataset; device: cpu | cuda | auto; db: DuckDB results file; seed: variant seed;
+    cache_dir: export cache (default ~/.cache/sago_fast/exports).
+    """
+
+    models: tuple[str, ...]
+    datasets: tuple[str, ...]
+    db: Path
+    families: tuple[str, ...] | None = None
+    variants_per_family: int = 2
+    limit: int | None = None
+    device: str = "cpu"
+    seed: int = 0
+    cache_dir: Path | None = None
+
+    def __post_init__(self) -> None:
+        if not self.models:
+            raise InputError("no --model given")
+        if not self.datasets:
+            raise InputError("no --dataset given")
+        if self.variants_per_family < 1:
+            raise InputError(f"variants_per_family must be positive, not {self.variants_per_family}")
+        if self.limit is not None and self.limit < 1:
+            raise InputError(f"limit must be positive, not {self.limit}")
+
+    def as_json(self) -> dict[str, Any]:
+        return {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(self).items()}
+
+    @classmethod
+    def from_yaml(cls, path: str | os.PathLike[str], **overrides: Any) -> RunConfig:
+        """Keys as the field names (``models``, ``datasets``, ``db``, ...); CLI values override."""
+        import yaml
+
+        file = Path(path)
+        if not file.is_file():
+            raise InputError(f"{file}: no such config file")
+        try:
+            data = yaml.safe_load(file.read_text(encoding="utf-8")) or {}
+        except yaml.YAMLError as exc:
+            raise InputError(f"{file}: invalid YAML ({str(exc).splitlines()[0]})") from None
+        if not isinstance(data, dict):
+            raise InputError(f"{file}: expected a mapping of run settings")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise InputError(
+                f"{file}: unknown key(s) {', '.join(unknown)} (known: {', '.join(sorted(known))})"
+            )
+        merged = {**data, **{k: v for k, v in overrides.items() if v not in (None, (), [])}}
+        for key in ("models", "datasets", "families"):
+            if isinstance(merged.get(key), str):
+                merged[key] = [merged[key]]
+            if merged.get(key) is not None:
+                merged[key] = tuple(str(x) for x in merged[key])
+        if "db" not in merged:
+            raise InputError(f"{file}: no 'db' (results file) given")
+        merged["db"] = Path(merged["db"])
+        if merged.get("cache_dir") is not None:
+            merged["cache_dir"] = Path(merged["cache_dir"])
+        return cls(**merged)
