@@ -21,6 +21,7 @@ from sago_fast.runtime.options import answer_variants
 from sago_fast.types import Variant
 
 POOLINGS = ("last", "mean")
+ITEM_POOLING = "mean"  # the pooling whose layer-mean scores also go to item_scores
 
 
 @dataclass
@@ -143,6 +144,8 @@ def evaluate_unit(model: Any, data: Dataset, variants: Sequence[Variant]) -> Uni
             tables.layer_scores["value"] += layer_rows.value.tolist()
             for layer, metric, family, value in dataset_rows:
                 _dataset_row(tables, "activation", metric, family, layer, pooling, value)
+            if pooling == ITEM_POOLING:
+                _activation_items(tables, example_ids, layer_rows)
 
     confidence = np.array([p.max() for p in option_probs])
     correct = np.array([a.correct for a in answers])
@@ -155,6 +158,23 @@ def evaluate_unit(model: Any, data: Dataset, variants: Sequence[Variant]) -> Uni
     preserving_eces = [e for f, e in eces.items() if f != "wrong_hint"]
     _dataset_row(tables, "confidence", "ece_spread", None, None, None, float(np.ptp(preserving_eces)))
     return tables
+
+
+def _activation_items(tables: UnitTables, example_ids: list[str], layer_rows: Any) -> None:
+    """item_scores rows for the activation axis: each layer-wise metric averaged over layers."""
+    groups: dict[tuple[int, str, str | None], list[float]] = defaultdict(list)
+    for e, metric, family, value in zip(
+        layer_rows.example_index, layer_rows.metric, layer_rows.family, layer_rows.value, strict=True
+    ):
+        groups[(int(e), metric, family)].append(float(value))
+    for (e, metric, family), values in groups.items():
+        tables.item_scores["example_id"].append(example_ids[e])
+        tables.item_scores["axis"].append("activation")
+        tables.item_scores["metric"].append(metric)
+        tables.item_scores["family"].append(family)
+        tables.item_scores["value"].append(
+            float(np.nanmean(values)) if np.isfinite(values).any() else float("nan")
+        )
 
 
 def _dataset_row(

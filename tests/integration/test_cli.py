@@ -111,27 +111,27 @@ def test_demo_then_query(tmp_path):
     from sago_fast.zoo import ZooConfig
 
     small = ZooConfig(suites=("capitals",), examples_per_suite=24, save_steps=(10, 60), hidden=32, layers=1)
-    result = run_demo(DemoConfig(out_dir=tmp_path / "demo", n_examples=6, k=1, zoo=small))
+    config = DemoConfig(out_dir=tmp_path / "demo", n_examples=4, k=1, zoo=small)
+    result = run_demo(config, progress=False)
     db = result.db_path
-    assert len(result.checkpoints) == 2 and len(set(result.model_ids)) == 2
-    as_json = sago("query", "--db", str(db), "--format", "json", "SELECT count(*) AS n FROM outputs")
+    assert len(result.units) == 2 * 2 and len({u.model_id for u in result.units}) == 2
     n_variants = json.loads(
-        sago("query", "--db", str(db), "-f", "json", "SELECT count(*) AS n FROM variants").stdout
+        sago("query", "--db", db, "-f", "json", "SELECT count(*) AS n FROM variants").stdout
     )[0]["n"]
+    as_json = sago("query", "--db", db, "--format", "json", "SELECT count(*) AS n FROM outputs")
     assert json.loads(as_json.stdout) == [{"n": 2 * n_variants}]
-    assert n_variants == result.n_outputs // 2
-    as_csv = sago("query", "--db", str(db), "-f", "csv", "SELECT example_id FROM examples ORDER BY 1 LIMIT 2")
+    as_csv = sago("query", "--db", db, "-f", "csv", "SELECT example_id FROM examples ORDER BY 1 LIMIT 2")
     assert as_csv.stdout.splitlines() == ["example_id", "capitals-00000", "capitals-00001"]
-    _assert_one_line_error(sago("query", "--db", str(db), "SELEC nonsense"), "SQL error")
+    _assert_one_line_error(sago("query", "--db", db, "SELEC nonsense"), "SQL error")
     _assert_one_line_error(
         sago("query", "--db", str(tmp_path / "nope.duckdb"), "SELECT 1"), "no such database"
     )
     # running again appends a run but never duplicates models, examples or variants
-    run_demo(DemoConfig(out_dir=tmp_path / "demo", n_examples=6, k=1, zoo=small))
+    run_demo(config, progress=False)
     counts = sago(
         "query",
         "--db",
-        str(db),
+        db,
         "-f",
         "json",
         "SELECT (SELECT count(*) FROM models) m, (SELECT count(*) FROM variants) v, (SELECT count(*) FROM runs) r",
