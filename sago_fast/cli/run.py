@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -38,7 +38,7 @@ def run_command(
     from sago_fast.run.pipeline import summary_rows
     from sago_fast.store import Store
 
-    given = {
+    given: dict[str, Any] = {
         "models": tuple(model or ()),
         "datasets": tuple(dataset or ()),
         "db": db,

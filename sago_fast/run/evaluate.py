@@ -130,11 +130,11 @@ def evaluate_unit(model: Any, data: Dataset, variants: Sequence[Variant]) -> Uni
     for layout, example_ids in layouts.items():
         if len(example_ids) < 3:
             continue
-        index = np.array([rows_of[e] for e in example_ids])  # (E, V)
-        preserving = np.array([variants[r].meaning_preserving for r in index[0]])
+        grid = np.array([rows_of[e] for e in example_ids])  # (E, V) variant rows
+        preserving = np.array([variants[r].meaning_preserving for r in grid[0]])
         fams: list[str | None] = [None, *sorted(set(layout) - {"canonical"})]
         for pooling in POOLINGS:
-            H = hidden[pooling][:, index]  # (L+1, E, V, d)
+            H = hidden[pooling][:, grid]  # (L+1, E, V, d)
             layer_rows, dataset_rows = activation_scores(H, layout, preserving, fams)
             tables.layer_scores["example_id"] += [example_ids[i] for i in layer_rows.example_index]
             tables.layer_scores["layer"] += layer_rows.layer.tolist()
