@@ -11,14 +11,15 @@ from typing import Any
 
 from sago_fast.checkpoints.resolve import CONFIG_FILE, TOKENIZER_FILES, Checkpoint
 from sago_fast.errors import ExportError
-from sago_fast.exporters.pooled import INPUT_NAMES, OUTPUT_NAMES, pooled_probe_config
+from sago_fast.exporters.pooled import INPUT_NAMES, OUTPUT_NAMES, pooled_probe_config, target_logprob_config
 from sago_fast.types import ExportSettings
 
 log = logging.getLogger(__name__)
 
 PROBE_FILE = "probe.onnx"
+SCORE_FILE = "score.onnx"
 MANIFEST_FILE = "manifest.json"
-FORMAT_VERSION = 1  # bump when the graph's inputs/outputs or semantics change
+FORMAT_VERSION = 2  # bump when the graph's inputs/outputs or semantics change
 
 
 def _max_positions(config: Any) -> int | None:
@@ -58,6 +59,10 @@ def export_checkpoint(
             optimum_export(
                 model, config, out_dir / PROBE_FILE, opset=settings.opset, disable_dynamic_axes_fix=True
             )
+            score_config = target_logprob_config(model, float_dtype=settings.dtype)
+            optimum_export(
+                model, score_config, out_dir / SCORE_FILE, opset=settings.opset, disable_dynamic_axes_fix=True
+            )
     except Exception as exc:
         raise ExportError(f"{checkpoint.path}: ONNX export failed ({type(exc).__name__}: {exc})") from exc
 
@@ -77,7 +82,7 @@ def export_checkpoint(
         "max_positions": _max_positions(model.config),
         "inputs": list(INPUT_NAMES),
         "outputs": list(OUTPUT_NAMES),
-        "files": {"probe": PROBE_FILE},
+        "files": {"probe": PROBE_FILE, "score": SCORE_FILE},
     }
     (out_dir / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2), encoding="utf-8")
     return manifest

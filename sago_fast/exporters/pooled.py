@@ -62,6 +62,55 @@ def pooled_forward(
     }
 
 
+def target_logprob_forward(
+    model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, target_ids: torch.Tensor
+) -> dict[str, torch.Tensor]:
+    """Log-probs of ``target_ids`` (batch, K) as the last K tokens of each left-padded row.
+
+    Position t's logits predict token t + 1, so the last K targets are scored by the logits of positions
+    [-K-1, -1); only (batch, K) numbers leave the graph (no [batch, seq, vocab] logits).
+    """
+    mask = attention_mask.to(torch.int64)
+    position_ids = (mask.cumsum(-1) - 1).clamp(min=0)
+    kwargs: dict[str, Any] = {
+        "input_ids": input_ids,
+        "attention_mask": mask,
+        "position_ids": position_ids,
+        "output_hidden_states": True,
+        "use_cache": False,
+        "return_dict": True,
+    }
+    forward = type(model).forward
+    if "logits_to_keep" in inspect.signature(forward).parameters:
+        kwargs["logits_to_keep"] = 1
+    out = forward(model, **kwargs)
+    final = out.hidden_states[-1]  # (batch, seq, d_model), after the final norm
+    # positions seq-K-1 .. seq-2 built from tensors (not Python ints) so the trace keeps them dynamic
+    offsets = torch.ones_like(target_ids[0]).cumsum(0) - 1  # (K,) 0..K-1
+    seq = torch.ones_like(input_ids[0]).sum()
+    k = torch.ones_like(target_ids[0]).sum()
+    positions = offsets + (seq - k - 1)  # (K,)
+    index = positions.view(1, -1, 1).expand(final.shape[0], -1, final.shape[2])
+    scoring = torch.gather(final, 1, index)  # (batch, K, d_model)
+    logits = model.get_output_embeddings()(scoring).to(torch.float32)  # (batch, K, vocab)
+    logp = torch.log_softmax(logits, dim=-1)
+    return {"target_logprobs": torch.gather(logp, 2, target_ids.unsqueeze(-1)).squeeze(-1)}  # (batch, K)
+
+
+class TargetLogprobPatcher(ModelPatcher):
+    """Replaces Optimum's patched forward by :func:`target_logprob_forward`."""
+
+    def __init__(self, config: Any, model: Any, model_kwargs: dict[str, Any] | None = None) -> None:
+        super().__init__(config, model, model_kwargs)
+
+        def patched_forward(
+            input_ids: torch.Tensor, attention_mask: torch.Tensor, target_ids: torch.Tensor, **_: Any
+        ) -> Any:
+            return target_logprob_forward(model, input_ids, attention_mask, target_ids)
+
+        self.patched_forward = patched_forward
+
+
 class PooledProbePatcher(ModelPatcher):
     """Replaces Optimum's patched forward by :func:`pooled_forward` on the model's real forward."""
 
@@ -119,5 +168,43 @@ def pooled_probe_config(model: Any, float_dtype: str = "fp32") -> Any:
 
     PooledProbeOnnxConfig.__name__ = f"PooledProbe{base.__name__}"
     return PooledProbeOnnxConfig(
+        model.config, task=TASK, float_dtype=float_dtype, use_past=False, use_past_in_inputs=False
+    )
+
+
+def target_logprob_config(model: Any, float_dtype: str = "fp32") -> Any:
+    """OnnxConfig of the scoring graph: inputs input_ids, attention_mask (batch, seq) and target_ids
+    (batch, K); output target_logprobs (batch, K)."""
+    base = base_onnx_config_class(model)
+
+    class TargetLogprobOnnxConfig(base):  # type: ignore[misc, valid-type]
+        _MODEL_PATCHER = TargetLogprobPatcher
+
+        @property
+        def inputs(self) -> dict[str, dict[int, str]]:
+            return OrderedDict(
+                input_ids={0: "batch_size", 1: "sequence_length"},
+                attention_mask={0: "batch_size", 1: "sequence_length"},
+                target_ids={0: "batch_size", 1: "target_length"},
+            )
+
+        @property
+        def outputs(self) -> dict[str, dict[int, str]]:
+            return OrderedDict(target_logprobs={0: "batch_size", 1: "target_length"})
+
+        def generate_dummy_inputs(self, framework: str = "pt", **kwargs: Any) -> dict[str, Any]:
+            # Optimum has no generator for target_ids: build the (left-padded) batch here
+            vocab = int(getattr(self._config, "vocab_size", 64))
+            generator = torch.Generator().manual_seed(0)
+            input_ids = torch.randint(0, vocab, (2, 16), generator=generator)
+            mask = torch.ones_like(input_ids)
+            mask[0, :4] = 0
+            return {"input_ids": input_ids, "attention_mask": mask, "target_ids": input_ids[:, -3:].clone()}
+
+        def ordered_inputs(self, model: Any) -> dict[str, dict[int, str]]:
+            return self.inputs  # target_ids is not a parameter of the model's forward
+
+    TargetLogprobOnnxConfig.__name__ = f"TargetLogprob{base.__name__}"
+    return TargetLogprobOnnxConfig(
         model.config, task=TASK, float_dtype=float_dtype, use_past=False, use_past_in_inputs=False
     )

@@ -31,6 +31,8 @@ class SagoModel:
     device: str  # "cpu" or "cuda" (resolved)
     provider: str  # the execution provider that actually runs
     batch_policy: BatchPolicy = field(default_factory=BatchPolicy)
+    session_options: SessionOptions = field(default_factory=SessionOptions)
+    _score_session: Any = None
 
     @property
     def model_id(self) -> str:
@@ -100,9 +102,42 @@ class SagoModel:
             next_logprobs[batch] = logp
         return ProbeResult(hidden_last, hidden_mean, next_logprobs, lengths)
 
+    @property
+    def score_session(self) -> Any:
+        """The scoring graph's session (target-token log-probs), opened on first use."""
+        if self._score_session is None:
+            path = self.exported.path / self.exported.manifest["files"]["score"]
+            self._score_session, _ = open_session(path, self.device, self.session_options)
+        return self._score_session
+
+    def target_logprobs(
+        self, token_ids: Sequence[Sequence[int]], n_targets: Sequence[int]
+    ) -> list[np.ndarray]:
+        """For each sequence, log P of its last ``n_targets[i]`` tokens given everything before them.
+
+        One forward pass per length-bucketed batch; only (batch, K) log-probs leave the graph.
+        Returns one float64 array of length n_targets[i] per sequence.
+        """
+        lengths = np.array([len(ids) for ids in token_ids], dtype=np.int64)
+        wanted = np.asarray(n_targets, dtype=np.int64)  # (n,)
+        if (wanted < 1).any() or (wanted >= lengths).any():
+            raise InputError("each sequence needs at least one target token and one token before it")
+        out: list[np.ndarray] = [np.empty(0)] * len(token_ids)
+        for batch in plan_batches(lengths, self.batch_policy):
+            ids, mask = left_pad([token_ids[i] for i in batch], self.pad_id)
+            k = int(wanted[batch].max())
+            targets = np.ascontiguousarray(ids[:, -k:])
+            (logp,) = self.score_session.run(
+                None, {"input_ids": ids, "attention_mask": mask, "target_ids": targets}
+            )
+            for row, i in enumerate(batch):
+                out[i] = logp[row, k - wanted[i] :].astype(np.float64)
+        return out
+
     def close(self) -> None:
-        """Drop the ORT session so its memory is returned before the next model loads."""
+        """Drop the ORT sessions so their memory is returned before the next model loads."""
         self.session = None
+        self._score_session = None
 
     def __enter__(self) -> SagoModel:
         return self
@@ -142,4 +177,5 @@ def load_model(
         device=resolved,
         provider=provider,
         batch_policy=batch_policy or BatchPolicy(),
+        session_options=session_options or SessionOptions(),
     )

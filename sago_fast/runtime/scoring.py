@@ -4,9 +4,8 @@ loglik(context, continuation) = sum of log P(token | prefix) over the continuati
 and continuation are encoded together and the continuation tokens are those after the context's own
 token count; trailing whitespace of the context moves to the front of the continuation.
 
-Each continuation token costs one probed prefix; all prefixes of all pairs go through ``probe_ids`` in
-length-bucketed batches. Fine for short answers (options, labels); long continuations want the
-target-logprob graph of the `sago run` issue.
+Each pair is one sequence through the exported scoring graph (``score.onnx``), which returns only the
+log-probs of each row's last K tokens; pairs are batched by length.
 """
 
 from __future__ import annotations
@@ -50,26 +49,18 @@ def score_continuations(
     """Summed continuation log-probs for each (context, continuation) pair, via ``model.probe_ids``."""
     if len(contexts) != len(continuations):
         raise InputError("contexts and continuations must have the same length")
-    prefixes: list[list[int]] = []
-    targets: list[int] = []
-    owner: list[int] = []
+    sequences: list[list[int]] = []
     n_tokens = np.zeros(len(contexts), dtype=np.int64)
     for i, (context, continuation) in enumerate(zip(contexts, continuations, strict=True)):
         ctx, cont = encode_pair(model.tokenizer, context, continuation)
         if not cont:
             raise InputError(f"pair {i}: the continuation {continuation!r} encodes to no tokens")
         n_tokens[i] = len(cont)
-        full = ctx + cont
-        for j in range(len(cont)):
-            prefixes.append(full[: len(ctx) + j])
-            targets.append(cont[j])
-            owner.append(i)
+        sequences.append(ctx + cont)
     limit = model.max_positions
-    if limit is not None and max(len(p) for p in prefixes) > limit:
+    if limit is not None and max(len(s) for s in sequences) > limit:
         raise InputError(f"a context + continuation is longer than the model's {limit} positions")
-    logprobs = model.probe_ids(prefixes).next_logprobs  # (n_prefixes, vocab)
-    picked = logprobs[np.arange(len(targets)), np.asarray(targets)].astype(np.float64)
-    loglik = np.zeros(len(contexts), dtype=np.float64)
-    np.add.at(loglik, np.asarray(owner), picked)
+    per_token = model.target_logprobs(sequences, n_tokens)
+    loglik = np.array([lp.sum() for lp in per_token], dtype=np.float64)
     n_chars = np.array([len(c) for c in continuations], dtype=np.int64)
     return ContinuationScores(loglik, n_tokens, n_chars)

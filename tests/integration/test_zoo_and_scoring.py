@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
 import sago_fast
+from sago_fast.checkpoints.tiny import ARCHITECTURES
 from sago_fast.datasets.builtin import SUITES
 from sago_fast.runtime.scoring import encode_pair, score_continuations
 from sago_fast.zoo import ZooConfig, build_zoo
@@ -22,13 +24,15 @@ def hf_loglik(checkpoint, tokenizer, context, continuation):
     return sum(float(logp[len(ctx) - 1 + j, t]) for j, t in enumerate(cont))
 
 
-def test_continuation_scores_match_hf_eager(checkpoints, cache_dir):
-    model = sago_fast.load_model(checkpoints["qwen2"], cache_dir=cache_dir)
+@pytest.mark.parametrize("arch", ARCHITECTURES.names())
+def test_continuation_scores_match_hf_eager(arch, checkpoints, cache_dir):
+    """The scoring graph (one pass per pair, mixed continuation lengths in one batch) equals HF eager."""
+    model = sago_fast.load_model(checkpoints[arch], cache_dir=cache_dir)
     contexts = ["Question: What is 2 + 3?\nAnswer:", "The capital of France is ", "Q: colour? A:"]
     continuations = [" 5", "Paris", " green and blue"]
     got = score_continuations(model, contexts, continuations)
     want = [
-        hf_loglik(checkpoints["qwen2"], model.tokenizer, c, k)
+        hf_loglik(checkpoints[arch], model.tokenizer, c, k)
         for c, k in zip(contexts, continuations, strict=True)
     ]
     np.testing.assert_allclose(got.loglik, want, atol=1e-4)
