@@ -31,6 +31,8 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_probe.py
+	$(PY) benchmarks/bench_kernels.py --quick
+	$(PY) benchmarks/bench_run.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info

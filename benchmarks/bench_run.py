@@ -1,0 +1,234 @@
+"""End-to-end `sago run` vs a straightforward reference pipeline doing the same work, in one run.
+
+Same checkpoint, same variants (built-in `capitals` suite). Both pipelines:
+  1. probe every variant (pooled hidden states of every layer, last token + mask mean; next-token
+     distribution), 2. score every option (lm-eval log-likelihood), 3. compute per-example dispersion per
+     layer/pooling/family, kNN instability, option and next-token JS, answer flips, 4. store rows in DuckDB.
+Reference: HF transformers eager (full hidden states and full logits, batches of 16, left padding),
+scipy/numpy metrics (pdist, jensenshannon), pandas DataFrames into DuckDB.
+sago: `sago_fast.run.run` (ONNX Runtime probe + scoring graphs, Numba kernels, Arrow inserts); the
+export is cached before timing (it is paid once per checkpoint).
+
+    python benchmarks/bench_run.py              # ~2 minutes on 2 cores
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pandas as pd
+import torch
+from scipy.spatial.distance import jensenshannon, pdist
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+import sago_fast
+from sago_fast.checkpoints.tiny import TinySize, build_tiny_checkpoint
+from sago_fast.datasets.resolve import load_dataset
+from sago_fast.run import RunConfig, run
+from sago_fast.runtime.batching import left_pad
+from sago_fast.runtime.scoring import encode_pair
+from sago_fast.store import Store
+from sago_fast.variants import VariantConfig, generate_variants
+
+BATCH = 16
+
+
+def reference_pipeline(
+    checkpoint: Path, dataset: str, limit: int, k: int, db: Path
+) -> tuple[int, dict[str, int]]:
+    """HF eager + scipy + pandas. Returns (n_variants, canonical answers by variant id)."""
+    tok = AutoTokenizer.from_pretrained(checkpoint)
+    model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32).eval()
+    data = load_dataset(dataset, limit=limit)
+    variants = generate_variants(data.examples, VariantConfig(k=k))
+    examples = {e.example_id: e for e in data.examples}
+    pad = tok.pad_token_id
+    # 1. probe
+    ids = [tok(v.prompt)["input_ids"] for v in variants]
+    last, mean, next_logp = [], [], []
+    with torch.inference_mode():
+        for start in range(0, len(ids), BATCH):
+            x, m = left_pad(ids[start : start + BATCH], pad)
+            pos = np.clip(m.cumsum(-1) - 1, 0, None)
+            out = model(
+                input_ids=torch.from_numpy(x),
+                attention_mask=torch.from_numpy(m),
+                position_ids=torch.from_numpy(pos),
+                output_hidden_states=True,
+            )
+            hs = torch.stack(out.hidden_states).numpy()  # (L+1, b, seq, d)
+            last.append(hs[:, :, -1])
+            mean.append((hs * m[None, :, :, None]).sum(2) / m.sum(1)[None, :, None])
+            next_logp.append(torch.log_softmax(out.logits[:, -1], -1).numpy())
+    hidden = {"last": np.concatenate(last, 1), "mean": np.concatenate(mean, 1)}
+    next_p = np.exp(np.concatenate(next_logp))
+    # 2. options
+    pairs = [
+        (vi, oi, *encode_pair(tok, v.prompt, " " + o))
+        for vi, v in enumerate(variants)
+        for oi, o in enumerate(examples[v.example_id].options)
+    ]
+    loglik = np.zeros((len(variants), 4))
+    with torch.inference_mode():
+        for start in range(0, len(pairs), BATCH):
+            chunk = pairs[start : start + BATCH]
+            x, m = left_pad([c[2] + c[3] for c in chunk], pad)
+            pos = np.clip(m.cumsum(-1) - 1, 0, None)
+            logp = torch.log_softmax(
+                model(
+                    input_ids=torch.from_numpy(x),
+                    attention_mask=torch.from_numpy(m),
+                    position_ids=torch.from_numpy(pos),
+                ).logits,
+                -1,
+            ).numpy()
+            for row, (vi, oi, _ctx, cont) in enumerate(chunk):
+                n = len(cont)
+                positions = np.arange(x.shape[1] - n - 1, x.shape[1] - 1)
+                loglik[vi, oi] = logp[row, positions, cont].sum()
+    answers = loglik.argmax(1)
+    option_p = np.exp(loglik - loglik.max(1, keepdims=True))
+    option_p /= option_p.sum(1, keepdims=True)
+    # 3. metrics
+    rows_of: dict[str, list[int]] = {}
+    for i, v in enumerate(variants):
+        rows_of.setdefault(v.example_id, []).append(i)
+    item_rows, layer_rows = [], []
+    families = sorted({v.family for v in variants} - {"canonical"})
+    grid = np.array(list(rows_of.values()))  # (E, V)
+    for pooling, H in hidden.items():
+        canonical = H[:, grid[:, 0]]  # (L, E, d)
+        between = [pdist(canonical[layer], "cosine").mean() for layer in range(H.shape[0])]
+        for rows in grid:
+            for layer in range(H.shape[0]):
+                d = pdist(H[layer, rows], "cosine")
+                layer_rows.append(
+                    (
+                        variants[rows[0]].example_id,
+                        layer,
+                        pooling,
+                        "dispersion",
+                        None,
+                        d.mean() / between[layer],
+                    )
+                )
+        for fam in families:
+            col = next(i for i, v in enumerate(variants[r] for r in grid[0]) if v.family == fam)
+            for layer in range(H.shape[0]):
+                a = np.argsort(np.where(np.eye(len(grid)), np.inf, _cos(canonical[layer])), 1)[:, :10]
+                b = np.argsort(np.where(np.eye(len(grid)), np.inf, _cos(H[layer, grid[:, col]])), 1)[:, :10]
+                for e in range(len(grid)):
+                    overlap = len(set(a[e]) & set(b[e])) / 10
+                    layer_rows.append(
+                        (variants[grid[e, 0]].example_id, layer, pooling, "knn_instability", fam, 1 - overlap)
+                    )
+    for rows in grid:
+        ex = variants[rows[0]].example_id
+        js_opt = [
+            jensenshannon(option_p[i], option_p[j]) ** 2 for a, i in enumerate(rows) for j in rows[a + 1 :]
+        ]
+        js_next = [
+            jensenshannon(next_p[i], next_p[j]) ** 2 for a, i in enumerate(rows) for j in rows[a + 1 :]
+        ]
+        item_rows += [
+            (ex, "confidence", "option_js", None, float(np.mean(js_opt))),
+            (ex, "confidence", "next_token_js", None, float(np.mean(js_next))),
+            (ex, "generation", "flip_rate", None, float(np.mean(answers[rows[1:]] != answers[rows[0]]))),
+        ]
+    # 4. store
+    con = duckdb.connect(str(db))
+    outputs = pd.DataFrame(
+        {
+            "variant_id": [v.variant_id for v in variants],
+            "answer_index": answers,
+            "p_gold": [option_p[i, examples[v.example_id].answer_index] for i, v in enumerate(variants)],
+        }
+    )
+    items = pd.DataFrame(item_rows, columns=["example_id", "axis", "metric", "family", "value"])
+    layers = pd.DataFrame(layer_rows, columns=["example_id", "layer", "pooling", "metric", "family", "value"])
+    for name, frame in (("outputs", outputs), ("item_scores", items), ("layer_scores", layers)):
+        con.register("frame", frame)
+        con.execute(f"CREATE TABLE {name} AS SELECT * FROM frame")
+        con.unregister("frame")
+    con.close()
+    return len(variants), {v.variant_id: int(answers[i]) for i, v in enumerate(variants) if v.is_canonical}
+
+
+def _cos(X: np.ndarray) -> np.ndarray:
+    n = np.linalg.norm(X, axis=1, keepdims=True)
+    return 1 - (X / n) @ (X / n).T
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--limit", type=int, default=24)
+    parser.add_argument("-k", type=int, default=1)
+    parser.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "sago-bench-run")
+    args = parser.parse_args()
+    ckpt = args.workdir / "llama-bench"
+    size = TinySize(
+        hidden=256, layers=4, heads=4, kv_heads=4, intermediate=688, max_positions=1024, vocab_size=8000
+    )
+    if not (ckpt / "config.json").is_file():
+        build_tiny_checkpoint("llama", ckpt, size)
+    cache = args.workdir / "exports"
+    sago_fast.load_model(ckpt, cache_dir=cache).close()  # export once, outside the timing
+    n_params = sum(p.numel() for p in AutoModelForCausalLM.from_pretrained(ckpt).parameters())
+    print(
+        f"model: llama {n_params / 1e6:.1f}M params; dataset capitals, {args.limit} examples, k={args.k}; "
+        f"torch threads {torch.get_num_threads()}"
+    )
+    results = {}
+    for name in ("sago", "reference", "sago", "reference"):  # interleaved, two rounds, keep the faster
+        db = args.workdir / f"{name}.duckdb"
+        db.unlink(missing_ok=True)
+        t0 = time.perf_counter()
+        if name == "sago":
+            result = run(
+                RunConfig(
+                    models=(str(ckpt),),
+                    datasets=("capitals",),
+                    db=db,
+                    limit=args.limit,
+                    variants_per_family=args.k,
+                    cache_dir=cache,
+                ),
+                progress=False,
+            )
+            n = result.units[0].n_variants
+            with Store(db, read_only=True) as store:
+                answers = dict(
+                    store.query(
+                        "SELECT o.variant_id, o.answer_index FROM outputs o JOIN variants v USING (dataset_id, variant_id) "
+                        "WHERE v.is_canonical"
+                    )[1]
+                )
+        else:
+            n, answers = reference_pipeline(ckpt, "capitals", args.limit, args.k, db)
+        elapsed = time.perf_counter() - t0
+        results.setdefault(name, []).append((elapsed, n, answers))
+    sago_t = min(r[0] for r in results["sago"])
+    ref_t = min(r[0] for r in results["reference"])
+    n = results["sago"][0][1]
+    assert n == results["reference"][0][1], "the pipelines saw different variants"
+    same = results["sago"][0][2] == results["reference"][0][2]
+    print(f"canonical answers identical in both pipelines: {same}")
+    assert same, "sago and the reference disagree on canonical answers"
+    print(f"sago run     : {n / sago_t:7.1f} variants/s ({sago_t:.1f} s for {n} variants)")
+    print(f"reference    : {n / ref_t:7.1f} variants/s ({ref_t:.1f} s)")
+    print(f"ratio sago/reference: {ref_t / sago_t:.2f}x (best of 2 each)")
+
+
+if __name__ == "__main__":
+    main()
