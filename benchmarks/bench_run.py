@@ -211,7 +211,7 @@ def main() -> None:
                 answers = dict(
                     store.query(
                         "SELECT o.variant_id, o.answer_index FROM outputs o JOIN variants v USING (dataset_id, variant_id) "
-                        "WHERE v.is_canonical"
+                        "WHERE v.is_canonical AND o.replicate = 0"
                     )[1]
                 )
         else:

@@ -147,6 +147,8 @@ def evaluate_unit(model: Any, data: Dataset, variants: Sequence[Variant]) -> Uni
             if pooling == ITEM_POOLING:
                 _activation_items(tables, example_ids, layer_rows)
 
+    _replicate(model, data, variants, probe, tables)
+
     confidence = np.array([p.max() for p in option_probs])
     correct = np.array([a.correct for a in answers])
     family_of = np.array([v.family for v in variants])
@@ -158,6 +160,71 @@ def evaluate_unit(model: Any, data: Dataset, variants: Sequence[Variant]) -> Uni
     preserving_eces = [e for f, e in eces.items() if f != "wrong_hint"]
     _dataset_row(tables, "confidence", "ece_spread", None, None, None, float(np.ptp(preserving_eces)))
     return tables
+
+
+def _replicate(
+    model: Any, data: Dataset, variants: Sequence[Variant], probe: Any, tables: UnitTables
+) -> None:
+    """Replicate 1: canonical prompts re-run alone (other batch composition, no padding).
+
+    Its outputs rows (replicate = 1) and per-layer ``replicate_distance`` (cosine distance between the two
+    runs' canonical representations) are the noise floor the statistics compare instability with.
+    """
+    from sago_fast.kernels import distances_to_reference
+    from sago_fast.runtime.batching import BatchPolicy
+
+    rows = [i for i, v in enumerate(variants) if v.is_canonical]
+    canonical = [variants[i] for i in rows]
+    saved = model.batch_policy
+    model.batch_policy = BatchPolicy(token_budget=saved.token_budget, max_batch=1)
+    try:
+        again = model.probe([v.prompt for v in canonical])
+        answers = answer_variants(model, data.examples, canonical)
+    finally:
+        model.batch_policy = saved
+    examples = {e.example_id: e for e in data.examples}
+    top = again.next_logprobs.argmax(axis=1)
+    extra = {
+        "example_id": [v.example_id for v in canonical],
+        "variant_id": [v.variant_id for v in canonical],
+        "replicate": np.ones(len(canonical), dtype=np.int32),
+        "n_prompt_tokens": again.n_tokens.astype(np.int32),
+        "answer": [
+            examples[v.example_id].options[a.answer_index] for v, a in zip(canonical, answers, strict=True)
+        ],
+        "answer_index": [a.answer_index for a in answers],
+        "correct": [a.correct for a in answers],
+        "option_logprobs": [a.option_logprobs.tolist() for a in answers],
+        "p_gold": [a.p_gold for a in answers],
+        "entropy": [a.entropy for a in answers],
+        "margin": [
+            float(gold_margin(np.exp(a.option_logprobs)[None, :], examples[v.example_id].answer_index)[0])  # type: ignore[arg-type]
+            for v, a in zip(canonical, answers, strict=True)
+        ],
+        "top_token": [model.tokenizer.decode([int(t)]) for t in top],
+        "top_logprob": again.next_logprobs[np.arange(len(canonical)), top].astype(np.float64),
+    }
+    for column, values in extra.items():
+        base = tables.outputs[column]
+        tables.outputs[column] = (
+            np.concatenate([base, values]) if isinstance(base, np.ndarray) else [*base, *values]
+        )
+    for pooling, first, second in (
+        ("last", probe.hidden_last[:, rows], again.hidden_last),
+        ("mean", probe.hidden_mean[:, rows], again.hidden_mean),
+    ):
+        n_layers = first.shape[0]
+        pair = np.stack([first, second], axis=2).reshape(n_layers * len(rows), 2, -1)  # (L*E, 2, d)
+        dist = distances_to_reference(pair, "cosine", reference=0, check=False)[:, 1].reshape(
+            n_layers, len(rows)
+        )
+        for layer in range(n_layers):
+            tables.layer_scores["example_id"] += [v.example_id for v in canonical]
+            tables.layer_scores["layer"] += [layer] * len(rows)
+            tables.layer_scores["pooling"] += [pooling] * len(rows)
+            tables.layer_scores["metric"] += ["replicate_distance"] * len(rows)
+            tables.layer_scores["family"] += ["canonical"] * len(rows)
+            tables.layer_scores["value"] += dist[layer].tolist()
 
 
 def _activation_items(tables: UnitTables, example_ids: list[str], layer_rows: Any) -> None:

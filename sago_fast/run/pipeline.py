@@ -179,7 +179,7 @@ WITH m AS (
 ), acc AS (
     SELECT o.model_id, o.dataset_id, avg(o.correct::INT) AS accuracy
     FROM outputs o JOIN variants v ON v.dataset_id = o.dataset_id AND v.variant_id = o.variant_id
-    WHERE o.run_id = $run AND v.is_canonical
+    WHERE o.run_id = $run AND v.is_canonical AND o.replicate = 0
     GROUP BY ALL
 ), items AS (
     SELECT model_id, dataset_id,

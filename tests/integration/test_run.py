@@ -74,7 +74,21 @@ def test_rows_are_consistent(run_db):
         n_outputs = store.query("SELECT count(*) FROM outputs WHERE run_id = $r", {"r": result.run_id})[1][0][
             0
         ]
-        assert n_outputs == 3 * n_variants
+        n_canonical = store.query("SELECT count(*) FROM variants WHERE is_canonical")[1][0][0]
+        assert n_outputs == 3 * (n_variants + n_canonical)  # replicate 1 re-runs canonical variants
+        # the replicate agrees with the main run up to float noise (answers identical, tiny distances)
+        _, reps = store.query(
+            """
+            SELECT a.answer_index = b.answer_index, abs(a.p_gold - b.p_gold)
+            FROM outputs a JOIN outputs b USING (run_id, model_id, dataset_id, variant_id)
+            WHERE a.replicate = 0 AND b.replicate = 1
+            """
+        )
+        assert len(reps) == 3 * n_canonical and all(r[0] and r[1] < 1e-4 for r in reps)
+        assert (
+            store.query("SELECT max(value) FROM layer_scores WHERE metric = 'replicate_distance'")[1][0][0]
+            < 1e-4
+        )
         assert store.query("SELECT count(*) FROM models")[1][0][0] == 3
         bad = store.query(
             "SELECT count(*) FROM outputs WHERE p_gold < 0 OR p_gold > 1 OR NOT (answer_index BETWEEN 0 AND 3)"
@@ -112,7 +126,7 @@ def test_canonical_answers_match_hf_eager_lm_eval_scoring(run_db, checkpoints):
             JOIN variants v ON v.dataset_id = o.dataset_id AND v.variant_id = o.variant_id
             JOIN examples e ON e.dataset_id = o.dataset_id AND e.example_id = o.example_id
             JOIN models m ON m.model_id = o.model_id
-            WHERE v.is_canonical AND m.model_type = 'llama' AND o.run_id = $run
+            WHERE v.is_canonical AND o.replicate = 0 AND m.model_type = 'llama' AND o.run_id = $run
             ORDER BY o.dataset_id, o.example_id
             """,
             {"run": result.run_id},
