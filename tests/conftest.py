@@ -47,3 +47,23 @@ def checkpoints(tmp_path_factory: pytest.TempPathFactory, tokenizer) -> dict[str
 def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A session-wide export cache, so each architecture is exported once for the whole test run."""
     return tmp_path_factory.mktemp("export-cache")
+
+
+@pytest.fixture
+def locked_db(tmp_path: Path):
+    """A results file held open for writing by another process for the duration of the test."""
+    import subprocess
+    import sys
+
+    from sago_fast.store import Store
+
+    db = tmp_path / "locked.duckdb"
+    Store(db).close()
+    code = f"import duckdb, time; c = duckdb.connect({str(db)!r}); print('ok', flush=True); time.sleep(60)"
+    holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "ok"
+        yield db
+    finally:
+        holder.kill()
+        holder.wait()

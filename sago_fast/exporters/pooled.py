@@ -28,10 +28,9 @@ INPUT_NAMES = ("input_ids", "attention_mask")
 OUTPUT_NAMES = ("hidden_last", "hidden_mean", "next_logprobs")
 
 
-def pooled_forward(
-    model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor
-) -> dict[str, torch.Tensor]:
-    """Run ``model`` and pool every layer's hidden states with the attention mask (eager reference too)."""
+def forward_left_padded(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> Any:
+    """The model class's own forward on a left-padded batch: position ids from the mask, every hidden
+    state, logits for the last position only."""
     mask = attention_mask.to(torch.int64)  # (batch, seq)
     position_ids = (mask.cumsum(-1) - 1).clamp(min=0)  # (batch, seq)
     kwargs: dict[str, Any] = {
@@ -45,7 +44,15 @@ def pooled_forward(
     forward = type(model).forward
     if "logits_to_keep" in inspect.signature(forward).parameters:
         kwargs["logits_to_keep"] = 1
-    out = forward(model, **kwargs)
+    return forward(model, **kwargs)
+
+
+def pooled_forward(
+    model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor
+) -> dict[str, torch.Tensor]:
+    """Run ``model`` and pool every layer's hidden states with the attention mask (eager reference too)."""
+    mask = attention_mask.to(torch.int64)  # (batch, seq)
+    out = forward_left_padded(model, input_ids, mask)
     keep = mask.unsqueeze(-1).bool()  # (batch, seq, 1)
     count = mask.sum(-1, keepdim=True).to(torch.float32)  # (batch, 1)
     last, mean = [], []
@@ -70,20 +77,7 @@ def target_logprob_forward(
     Position t's logits predict token t + 1, so the last K targets are scored by the logits of positions
     [-K-1, -1); only (batch, K) numbers leave the graph (no [batch, seq, vocab] logits).
     """
-    mask = attention_mask.to(torch.int64)
-    position_ids = (mask.cumsum(-1) - 1).clamp(min=0)
-    kwargs: dict[str, Any] = {
-        "input_ids": input_ids,
-        "attention_mask": mask,
-        "position_ids": position_ids,
-        "output_hidden_states": True,
-        "use_cache": False,
-        "return_dict": True,
-    }
-    forward = type(model).forward
-    if "logits_to_keep" in inspect.signature(forward).parameters:
-        kwargs["logits_to_keep"] = 1
-    out = forward(model, **kwargs)
+    out = forward_left_padded(model, input_ids, attention_mask)
     final = out.hidden_states[-1]  # (batch, seq, d_model), after the final norm
     # positions seq-K-1 .. seq-2 built from tensors (not Python ints) so the trace keeps them dynamic
     offsets = torch.ones_like(target_ids[0]).cumsum(0) - 1  # (K,) 0..K-1

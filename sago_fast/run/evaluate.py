@@ -62,30 +62,8 @@ def evaluate_unit(model: Any, data: Dataset, variants: Sequence[Variant]) -> Uni
     probe = model.probe_ids(token_ids)  # hidden (L+1, Nv, d), next_logprobs (Nv, vocab)
     answers = answer_variants(model, data.examples, variants)
     tables = UnitTables()
-    n = len(variants)
-    top = probe.next_logprobs.argmax(axis=1)
     option_probs = [np.exp(a.option_logprobs) for a in answers]
-    gold_margins = [
-        float(gold_margin(p[None, :], examples[v.example_id].answer_index)[0])  # type: ignore[arg-type]
-        for p, v in zip(option_probs, variants, strict=True)
-    ]
-    tables.outputs = {
-        "example_id": [v.example_id for v in variants],
-        "variant_id": [v.variant_id for v in variants],
-        "replicate": np.zeros(n, dtype=np.int32),
-        "n_prompt_tokens": probe.n_tokens.astype(np.int32),
-        "answer": [
-            examples[v.example_id].options[a.answer_index] for v, a in zip(variants, answers, strict=True)
-        ],
-        "answer_index": [a.answer_index for a in answers],
-        "correct": [a.correct for a in answers],
-        "option_logprobs": [a.option_logprobs.tolist() for a in answers],
-        "p_gold": [a.p_gold for a in answers],
-        "entropy": [a.entropy for a in answers],
-        "margin": gold_margins,
-        "top_token": [model.tokenizer.decode([int(t)]) for t in top],
-        "top_logprob": probe.next_logprobs[np.arange(n), top].astype(np.float64),
-    }
+    tables.outputs = output_columns(model, examples, variants, answers, probe, replicate=0)
 
     rows_of: dict[str, list[int]] = defaultdict(list)
     for index, variant in enumerate(variants):
@@ -162,6 +140,39 @@ def evaluate_unit(model: Any, data: Dataset, variants: Sequence[Variant]) -> Uni
     return tables
 
 
+def output_columns(
+    model: Any,
+    examples: dict[str, Any],
+    variants: Sequence[Variant],
+    answers: Sequence[Any],
+    probe: Any,
+    replicate: int,
+) -> dict[str, Any]:
+    """``outputs`` columns for variants answered (``answers``) and probed (``probe``) in one replicate."""
+    n = len(variants)
+    top = probe.next_logprobs.argmax(axis=1)  # (n,)
+    return {
+        "example_id": [v.example_id for v in variants],
+        "variant_id": [v.variant_id for v in variants],
+        "replicate": np.full(n, replicate, dtype=np.int32),
+        "n_prompt_tokens": probe.n_tokens.astype(np.int32),
+        "answer": [
+            examples[v.example_id].options[a.answer_index] for v, a in zip(variants, answers, strict=True)
+        ],
+        "answer_index": [a.answer_index for a in answers],
+        "correct": [a.correct for a in answers],
+        "option_logprobs": [a.option_logprobs.tolist() for a in answers],
+        "p_gold": [a.p_gold for a in answers],
+        "entropy": [a.entropy for a in answers],
+        "margin": [
+            float(gold_margin(np.exp(a.option_logprobs)[None, :], examples[v.example_id].answer_index)[0])
+            for v, a in zip(variants, answers, strict=True)
+        ],
+        "top_token": [model.tokenizer.decode([int(t)]) for t in top],
+        "top_logprob": probe.next_logprobs[np.arange(n), top].astype(np.float64),
+    }
+
+
 def _replicate(
     model: Any, data: Dataset, variants: Sequence[Variant], probe: Any, tables: UnitTables
 ) -> None:
@@ -183,27 +194,7 @@ def _replicate(
     finally:
         model.batch_policy = saved
     examples = {e.example_id: e for e in data.examples}
-    top = again.next_logprobs.argmax(axis=1)
-    extra = {
-        "example_id": [v.example_id for v in canonical],
-        "variant_id": [v.variant_id for v in canonical],
-        "replicate": np.ones(len(canonical), dtype=np.int32),
-        "n_prompt_tokens": again.n_tokens.astype(np.int32),
-        "answer": [
-            examples[v.example_id].options[a.answer_index] for v, a in zip(canonical, answers, strict=True)
-        ],
-        "answer_index": [a.answer_index for a in answers],
-        "correct": [a.correct for a in answers],
-        "option_logprobs": [a.option_logprobs.tolist() for a in answers],
-        "p_gold": [a.p_gold for a in answers],
-        "entropy": [a.entropy for a in answers],
-        "margin": [
-            float(gold_margin(np.exp(a.option_logprobs)[None, :], examples[v.example_id].answer_index)[0])  # type: ignore[arg-type]
-            for v, a in zip(canonical, answers, strict=True)
-        ],
-        "top_token": [model.tokenizer.decode([int(t)]) for t in top],
-        "top_logprob": again.next_logprobs[np.arange(len(canonical)), top].astype(np.float64),
-    }
+    extra = output_columns(model, examples, canonical, answers, again, replicate=1)
     for column, values in extra.items():
         base = tables.outputs[column]
         tables.outputs[column] = (

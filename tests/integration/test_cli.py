@@ -199,26 +199,8 @@ def test_query_is_read_only(tmp_path):
     assert "read-only" in proc.stderr.lower() or "read only" in proc.stderr.lower()
 
 
-def test_locked_database_is_a_clear_error(tmp_path):
-    from sago_fast.store import Store
-
-    db = tmp_path / "locked.duckdb"
-    Store(db).close()
-    holder = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            f"import duckdb,time; c=duckdb.connect({str(db)!r}); print('ok', flush=True); time.sleep(30)",
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert holder.stdout.readline().strip() == "ok"
-        _assert_one_line_error(sago("query", "--db", str(db), "SELECT 1"), "locked")
-    finally:
-        holder.kill()
-        holder.wait()
+def test_locked_database_is_a_clear_error(locked_db):
+    _assert_one_line_error(sago("query", "--db", str(locked_db), "SELECT 1"), "locked")
 
 
 @pytest.mark.parametrize("fmt", ["xml"])

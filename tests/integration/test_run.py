@@ -196,28 +196,12 @@ def test_bad_inputs(tmp_path, checkpoints, cache_dir):
         )
 
 
-def test_locked_database(tmp_path, checkpoints):
-    db = tmp_path / "locked.duckdb"
-    Store(db).close()
-    holder = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            f"import duckdb,time; c=duckdb.connect({str(db)!r}); print('ok', flush=True); time.sleep(30)",
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert holder.stdout.readline().strip() == "ok"
-        with pytest.raises(StoreError, match="locked"):
-            run(
-                RunConfig(models=(str(checkpoints["llama"]),), datasets=("comparison",), db=db, limit=2),
-                progress=False,
-            )
-    finally:
-        holder.kill()
-        holder.wait()
+def test_locked_database(locked_db, checkpoints):
+    with pytest.raises(StoreError, match="locked"):
+        run(
+            RunConfig(models=(str(checkpoints["llama"]),), datasets=("comparison",), db=locked_db, limit=2),
+            progress=False,
+        )
 
 
 def test_yaml_config_and_cli(tmp_path, checkpoints, cache_dir):
