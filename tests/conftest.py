@@ -67,3 +67,17 @@ def locked_db(tmp_path: Path):
     finally:
         holder.kill()
         holder.wait()
+
+
+@pytest.fixture(scope="session")
+def unexportable_checkpoint(tmp_path_factory: pytest.TempPathFactory, tokenizer) -> Path:
+    """A valid safetensors checkpoint of an architecture Optimum's ONNX exporter does not support (mamba)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    path = tmp_path_factory.mktemp("unexportable") / "mamba"
+    config = AutoConfig.for_model(
+        "mamba", vocab_size=len(tokenizer), hidden_size=16, num_hidden_layers=1, state_size=4
+    )
+    AutoModelForCausalLM.from_config(config).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path

@@ -69,15 +69,8 @@ def test_export_errors(tmp_path, checkpoints, tokenizer):
         assert not out.exists()
 
 
-def test_export_unsupported_architecture(tmp_path, tokenizer):
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    path = tmp_path / "mamba"
-    config = AutoConfig.for_model(
-        "mamba", vocab_size=len(tokenizer), hidden_size=16, num_hidden_layers=1, state_size=4
-    )
-    AutoModelForCausalLM.from_config(config).save_pretrained(path)
-    tokenizer.save_pretrained(path)
+def test_export_unsupported_architecture(tmp_path, unexportable_checkpoint):
+    path = unexportable_checkpoint
     cache = tmp_path / "cache"
     proc = sago("export", str(path), "-o", str(tmp_path / "out"), "--cache-dir", str(cache))
     _assert_one_line_error(proc, "cannot be exported")

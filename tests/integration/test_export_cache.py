@@ -69,16 +69,9 @@ def test_two_concurrent_exports_do_the_work_once(checkpoints, tmp_path):
     assert not [p for p in root.iterdir() if p.name.startswith(".tmp-")]
 
 
-def test_failed_export_leaves_nothing(tmp_path, tokenizer):
+def test_failed_export_leaves_nothing(tmp_path, unexportable_checkpoint):
     """An architecture Optimum can't export: clear ExportError and no cache entry."""
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    config = AutoConfig.for_model(
-        "mamba", vocab_size=len(tokenizer), hidden_size=16, num_hidden_layers=1, state_size=4
-    )
-    path = tmp_path / "mamba"
-    AutoModelForCausalLM.from_config(config).save_pretrained(path)
-    tokenizer.save_pretrained(path)
+    path = unexportable_checkpoint
     cache_root = tmp_path / "cache"
     with pytest.raises(ExportError, match="cannot be exported"):
         sago_fast.load_model(path, cache_dir=cache_root)

@@ -149,15 +149,8 @@ def test_sql_cookbook_queries_run(run_db):
             assert columns and rows, sql
 
 
-def test_failed_model_keeps_finished_units(tmp_path, checkpoints, cache_dir, tokenizer):
-    from transformers import AutoConfig
-
-    bad = tmp_path / "mamba"
-    config = AutoConfig.for_model(
-        "mamba", vocab_size=len(tokenizer), hidden_size=16, num_hidden_layers=1, state_size=4
-    )
-    AutoModelForCausalLM.from_config(config).save_pretrained(bad)
-    tokenizer.save_pretrained(bad)
+def test_failed_model_keeps_finished_units(tmp_path, checkpoints, cache_dir, unexportable_checkpoint):
+    bad = unexportable_checkpoint
     db = tmp_path / "r.duckdb"
     run_config = RunConfig(
         models=(str(checkpoints["llama"]), str(bad)),
