@@ -1,4 +1,4 @@
-"""Option log-likelihoods with lm-evaluation-harness conventions, through the probe graph.
+"""Option log-likelihoods with lm-evaluation-harness conventions, through the scoring graph.
 
 loglik(context, continuation) = sum of log P(token | prefix) over the continuation's tokens, where context
 and continuation are encoded together and the continuation tokens are those after the context's own
@@ -46,7 +46,7 @@ def encode_pair(tokenizer: Any, context: str, continuation: str) -> tuple[list[i
 def score_continuations(
     model: Any, contexts: Sequence[str], continuations: Sequence[str]
 ) -> ContinuationScores:
-    """Summed continuation log-probs for each (context, continuation) pair, via ``model.probe_ids``."""
+    """Summed continuation log-probs for each (context, continuation) pair, via ``model.target_logprobs``."""
     if len(contexts) != len(continuations):
         raise InputError("contexts and continuations must have the same length")
     sequences: list[list[int]] = []
