@@ -32,11 +32,22 @@ def split_context(context: str, continuation: str) -> tuple[str, str]:
     return stripped, context[len(stripped) :] + continuation
 
 
-def encode_pair(tokenizer: Any, context: str, continuation: str) -> tuple[list[int], list[int]]:
-    """(context ids, continuation ids) split at the context's own token count."""
+def encode_pair(
+    tokenizer: Any, context: str, continuation: str, context_lengths: dict[str, int] | None = None
+) -> tuple[list[int], list[int]]:
+    """(context ids, continuation ids) split at the context's own token count.
+
+    context_lengths: optional memo of token counts per (stripped) context, so a prompt scored with
+    several options is tokenised alone only once.
+    """
     context, continuation = split_context(context, continuation)
     whole = tokenizer(context + continuation, add_special_tokens=True)["input_ids"]
-    n_context = len(tokenizer(context, add_special_tokens=True)["input_ids"])
+    if context_lengths is not None and context in context_lengths:
+        n_context = context_lengths[context]
+    else:
+        n_context = len(tokenizer(context, add_special_tokens=True)["input_ids"])
+        if context_lengths is not None:
+            context_lengths[context] = n_context
     if n_context == 0:  # empty context: lm-eval uses the BOS (or EOS) token
         start = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
         return [int(start)], list(whole)
@@ -51,8 +62,9 @@ def score_continuations(
         raise InputError("contexts and continuations must have the same length")
     sequences: list[list[int]] = []
     n_tokens = np.zeros(len(contexts), dtype=np.int64)
+    context_lengths: dict[str, int] = {}
     for i, (context, continuation) in enumerate(zip(contexts, continuations, strict=True)):
-        ctx, cont = encode_pair(model.tokenizer, context, continuation)
+        ctx, cont = encode_pair(model.tokenizer, context, continuation, context_lengths)
         if not cont:
             raise InputError(f"pair {i}: the continuation {continuation!r} encodes to no tokens")
         n_tokens[i] = len(cont)
