@@ -38,19 +38,13 @@ def pairwise(X: np.ndarray, metric: str = "cosine", *, check: bool = True) -> np
     metric: cosine | euclidean | sqeuclidean (vectors) or kl | js | tv | hellinger (distributions:
     rows non-negative, summing to 1; natural log; JS not square-rooted, in [0, ln 2]).
     """
-    X = np.asarray(X)
-    m = _metric(metric)
-    if X.ndim != 2:
-        raise InputError(f"X must be 2-D (n, d), got shape {X.shape}")
-    if check:
-        validate(X, m)
+    X, m = _checked_input(X, metric, check, "(n, d)")
     if X.shape[0] < 2:
         return np.zeros(0, dtype=np.float64)
     n = X.shape[0]
-    if m.name == "kl" and n >= KL_MATMUL_MIN_ROWS:
-        return _condense(kl_matrix(X))
-    if m.name == "cosine" and n >= COSINE_GRAM_MIN_ROWS:
-        return _condense(cosine_matrix(X))
+    blas = _blas_form(X, m)
+    if blas is not None:
+        return blas
     rows = m.prepare(X)
     if m.tiled is not None:
         return m.tiled(rows)
@@ -58,27 +52,37 @@ def pairwise(X: np.ndarray, metric: str = "cosine", *, check: bool = True) -> np
     return (drivers.pairs_one_serial if serial else drivers.pairs_one)(rows, m.aux, m.kernel)
 
 
-def _examples_input(X: np.ndarray, metric: str, check: bool) -> tuple[np.ndarray, Metric]:
-    """Shape (n_examples, n_variants, d) and content checks shared by the per-example entry points."""
+def _checked_input(X: np.ndarray, metric: str, check: bool, axes: str) -> tuple[np.ndarray, Metric]:
+    """Shape (``axes``, e.g. "(n, d)") and content checks shared by the entry points."""
     X = np.asarray(X)
     m = _metric(metric)
-    if X.ndim != 3:
-        raise InputError(f"X must be 3-D (n_examples, n_variants, d), got shape {X.shape}")
+    ndim = axes.count(",") + 1
+    if X.ndim != ndim:
+        raise InputError(f"X must be {ndim}-D {axes}, got shape {X.shape}")
     if check:
         validate(X, m)
     return X, m
 
 
-def pairwise_batched(X: np.ndarray, metric: str = "cosine", *, check: bool = True) -> np.ndarray:
-    """(n_examples, n_variants, d) -> (n_examples, n_pairs): each example's variants against each other."""
-    X, m = _examples_input(X, metric, check)
-    n_examples, n = X.shape[:2]
-    if n < 2:
-        return np.zeros((n_examples, 0), dtype=np.float64)
+def _blas_form(X: np.ndarray, m: Metric) -> np.ndarray | None:
+    """The matrix-product formulation, condensed, where it beats the loops (many variants); else None."""
+    n = X.shape[-2]
     if m.name == "kl" and n >= KL_MATMUL_MIN_ROWS:
         return _condense(kl_matrix(X))
     if m.name == "cosine" and n >= COSINE_GRAM_MIN_ROWS:
         return _condense(cosine_matrix(X))
+    return None
+
+
+def pairwise_batched(X: np.ndarray, metric: str = "cosine", *, check: bool = True) -> np.ndarray:
+    """(n_examples, n_variants, d) -> (n_examples, n_pairs): each example's variants against each other."""
+    X, m = _checked_input(X, metric, check, "(n_examples, n_variants, d)")
+    n_examples, n = X.shape[:2]
+    if n < 2:
+        return np.zeros((n_examples, 0), dtype=np.float64)
+    blas = _blas_form(X, m)
+    if blas is not None:
+        return blas
     rows = m.prepare(X)
     if m.tiled is not None:
         return drivers.batched_tiled(rows, m.tiled)
@@ -102,7 +106,7 @@ def distances_to_reference(
     reference variant (the canonical one) of its example; ``reference`` is one index or one per example.
     For KL the direction is KL(variant || reference).
     """
-    X, m = _examples_input(X, metric, check)
+    X, m = _checked_input(X, metric, check, "(n_examples, n_variants, d)")
     n_examples, n = X.shape[:2]
     ref = np.broadcast_to(np.asarray(reference, dtype=np.int64), (n_examples,)).copy()
     if ((ref < 0) | (ref >= n)).any():

@@ -11,7 +11,8 @@ import numpy as np
 
 from sago_fast.types import Example
 from sago_fast.variants.base import RenderSpec
-from sago_fast.variants.render import TEMPLATES, render
+from sago_fast.variants.generate import make_variant
+from sago_fast.variants.render import TEMPLATES
 
 
 @dataclass(frozen=True)
@@ -25,23 +26,16 @@ class TemplateAccuracy:
 
 def option_accuracy(model, examples: Sequence[Example], template: int) -> float:
     """lm-eval-style accuracy: argmax over options of loglik(prompt, " " + option); ties → lowest index."""
-    from sago_fast.runtime.scoring import score_continuations
+    from sago_fast.runtime.options import answer_variants
 
-    contexts, continuations, owners = [], [], []
-    for i, example in enumerate(examples):
-        prompt = render(replace(RenderSpec.canonical(example), template=template))
-        for option in example.options:
-            contexts.append(prompt)
-            continuations.append(" " + option)
-            owners.append(i)
-    scores = score_continuations(model, contexts, continuations).loglik
-    correct = 0
-    start = 0
+    variants = []
     for example in examples:
-        n = len(example.options)
-        correct += int(np.argmax(scores[start : start + n]) == example.answer_index)
-        start += n
-    return correct / len(examples)
+        base = RenderSpec.canonical(example)
+        variants.append(
+            make_variant(example, "template", template, replace(base, template=template), base, True)
+        )
+    answers = answer_variants(model, examples, variants)
+    return float(np.mean([a.correct for a in answers]))
 
 
 def evaluate_zoo(
