@@ -1,4 +1,4 @@
-"""Export one checkpoint's probe graph into a directory (the cache decides where and when)."""
+"""Export one checkpoint's graphs (probe, score, decode) into a directory (the cache decides where and when)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from typing import Any
 
 from sago_fast.checkpoints.resolve import CONFIG_FILE, TOKENIZER_FILES, Checkpoint
 from sago_fast.errors import ExportError
+from sago_fast.exporters.decode import decode_config
 from sago_fast.exporters.pooled import INPUT_NAMES, OUTPUT_NAMES, pooled_probe_config, target_logprob_config
 from sago_fast.types import ExportSettings
 
@@ -18,8 +19,9 @@ log = logging.getLogger(__name__)
 
 PROBE_FILE = "probe.onnx"
 SCORE_FILE = "score.onnx"
+DECODE_FILE = "decode.onnx"
 MANIFEST_FILE = "manifest.json"
-FORMAT_VERSION = 2  # bump when the graph's inputs/outputs or semantics change
+FORMAT_VERSION = 3  # bump when the graph's inputs/outputs or semantics change
 
 
 def _max_positions(config: Any) -> int | None:
@@ -30,12 +32,21 @@ def _max_positions(config: Any) -> int | None:
     return None
 
 
+def _eos_token_ids(model: Any) -> list[int]:
+    """End-of-sequence ids greedy decoding stops at: the generation config's, else the model config's."""
+    for source in (getattr(model, "generation_config", None), model.config):
+        value = getattr(source, "eos_token_id", None)
+        if value is not None:
+            return [int(v) for v in (value if isinstance(value, (list, tuple)) else [value])]
+    return []
+
+
 def export_checkpoint(
     checkpoint: Checkpoint, out_dir: Path, settings: ExportSettings, key: str
 ) -> dict[str, Any]:
     """Export ``checkpoint`` to ``out_dir`` (which must be empty or absent); returns the manifest.
 
-    Writes ``probe.onnx`` (+ external data for large models), the tokenizer and config files, and
+    Writes ``probe.onnx``, ``score.onnx`` and ``decode.onnx`` (+ external data for large models), the tokenizer and config files, and
     ``manifest.json`` describing the graph. Any exporter failure becomes an :class:`ExportError`.
     """
     import torch
@@ -63,6 +74,13 @@ def export_checkpoint(
             optimum_export(
                 model, score_config, out_dir / SCORE_FILE, opset=settings.opset, disable_dynamic_axes_fix=True
             )
+            optimum_export(
+                model,
+                decode_config(model, float_dtype=settings.dtype),
+                out_dir / DECODE_FILE,
+                opset=settings.opset,
+                disable_dynamic_axes_fix=True,
+            )
     except Exception as exc:
         raise ExportError(f"{checkpoint.path}: ONNX export failed ({type(exc).__name__}: {exc})") from exc
 
@@ -82,7 +100,8 @@ def export_checkpoint(
         "max_positions": _max_positions(model.config),
         "inputs": list(INPUT_NAMES),
         "outputs": list(OUTPUT_NAMES),
-        "files": {"probe": PROBE_FILE, "score": SCORE_FILE},
+        "eos_token_ids": _eos_token_ids(model),
+        "files": {"probe": PROBE_FILE, "score": SCORE_FILE, "decode": DECODE_FILE},
     }
     (out_dir / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2), encoding="utf-8")
     return manifest

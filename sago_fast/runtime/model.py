@@ -14,6 +14,7 @@ from sago_fast.checkpoints.resolve import Checkpoint, resolve_checkpoint
 from sago_fast.errors import InputError
 from sago_fast.exporters.cache import ExportCache, ExportedModel
 from sago_fast.runtime.batching import BatchPolicy, left_pad, plan_batches
+from sago_fast.runtime.generate import Generation, GenerationSettings, greedy_generate
 from sago_fast.runtime.session import SessionOptions, open_session, resolve_device
 from sago_fast.types import ExportSettings, ProbeResult
 
@@ -33,6 +34,7 @@ class SagoModel:
     batch_policy: BatchPolicy = field(default_factory=BatchPolicy)
     session_options: SessionOptions = field(default_factory=SessionOptions)
     _score_session: Any = None
+    _decode_session: Any = None
 
     @property
     def model_id(self) -> str:
@@ -58,8 +60,9 @@ class SagoModel:
                 return int(candidate)
         return 0  # masked out: any valid id works
 
-    def tokenize(self, texts: Sequence[str]) -> list[list[int]]:
-        """Token ids with the tokenizer's default encoding; rejects empty and over-long prompts."""
+    def tokenize(self, texts: Sequence[str], reserve: int = 0) -> list[list[int]]:
+        """Token ids with the tokenizer's default encoding; rejects empty prompts and prompts longer than
+        the model's positions minus ``reserve`` (room kept for generated tokens)."""
         if isinstance(texts, str):
             raise InputError("probe() takes a list of texts, not a single string")
         for index, text in enumerate(texts):
@@ -70,9 +73,10 @@ class SagoModel:
         for index, ids in enumerate(encoded):
             if len(ids) == 0:
                 raise InputError(f"text {index}: empty prompt (0 tokens)")
-            if limit is not None and len(ids) > limit:
+            if limit is not None and len(ids) + reserve > limit:
+                extra = f" + {reserve} new tokens" if reserve else ""
                 raise InputError(
-                    f"text {index}: {len(ids)} tokens, longer than the model's {limit} positions"
+                    f"text {index}: {len(ids)} tokens{extra}, longer than the model's {limit} positions"
                 )
         return [list(ids) for ids in encoded]
 
@@ -134,10 +138,41 @@ class SagoModel:
                 out[i] = logp[row, k - wanted[i] :].astype(np.float64)
         return out
 
+    @property
+    def decode_session(self) -> Any:
+        """The decode graph's session (one greedy step with a KV cache), opened on first use."""
+        if self._decode_session is None:
+            path = self.exported.path / self.exported.manifest["files"]["decode"]
+            self._decode_session, _ = open_session(path, self.device, self.session_options)
+        return self._decode_session
+
+    def generate(self, texts: Sequence[str], settings: GenerationSettings | None = None) -> list[Generation]:
+        """Greedy continuations of ``texts`` (token-identical to HF ``generate(do_sample=False)``).
+
+        Batched by length with left padding; see :class:`GenerationSettings` for the limits and stop rules.
+        """
+        settings = settings or GenerationSettings()
+        return self.generate_ids(self.tokenize(texts, reserve=settings.max_new_tokens), settings)
+
+    def generate_ids(
+        self, token_ids: Sequence[Sequence[int]], settings: GenerationSettings | None = None
+    ) -> list[Generation]:
+        """:meth:`generate` on already tokenised prompts (each non-empty)."""
+        return greedy_generate(
+            self.decode_session,
+            token_ids,
+            settings or GenerationSettings(),
+            pad_id=self.pad_id,
+            eos_ids=self.exported.manifest.get("eos_token_ids", []),
+            decode=lambda ids: self.tokenizer.decode(ids, skip_special_tokens=True),
+            policy=self.batch_policy,
+        )
+
     def close(self) -> None:
         """Drop the ORT sessions so their memory is returned before the next model loads."""
         self.session = None
         self._score_session = None
+        self._decode_session = None
 
     def __enter__(self) -> SagoModel:
         return self

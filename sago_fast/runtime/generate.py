@@ -1,0 +1,166 @@
+"""Greedy decoding over the decode graph (``decode.onnx``): batched, KV cache kept between steps.
+
+Every step feeds the new tokens, the grown attention mask and the previous step's ``present.*`` tensors
+back as ``past_key_values.*``; only the chosen token ids (batch,) and their log-probs come out. A row
+stops at an end-of-sequence token, when its decoded text contains a stop string, or after
+``max_new_tokens``; finished rows leave the batch (their cache rows are dropped), so a long answer does
+not make the short ones pay for it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from sago_fast.runtime.batching import BatchPolicy, left_pad, plan_batches
+
+STOP_REASONS = ("eos", "stop", "length")
+
+
+@dataclass(frozen=True)
+class GenerationSettings:
+    """Greedy decoding limits.
+
+    max_new_tokens: tokens generated at most per prompt.
+    stop: strings that end a generation; the returned text is cut before the first one (the tokens that
+        produced it are kept in ``token_ids``).
+    stop_at_eos: end at the model's end-of-sequence token(s) (kept in ``token_ids``, not in ``text``).
+    """
+
+    max_new_tokens: int = 16
+    stop: tuple[str, ...] = ("\n",)
+    stop_at_eos: bool = True
+
+    def __post_init__(self) -> None:
+        if self.max_new_tokens < 1:
+            raise ValueError("max_new_tokens must be at least 1")
+        if any(not s for s in self.stop):
+            raise ValueError("stop strings must be non-empty")
+
+
+@dataclass(frozen=True)
+class Generation:
+    """One prompt's greedy continuation.
+
+    token_ids: generated ids (eos / stop-string tokens included); logprobs: log P of each, same length;
+    text: decoded continuation cut before the first stop string; stop_reason: "eos", "stop" or "length".
+    """
+
+    token_ids: tuple[int, ...]
+    logprobs: tuple[float, ...]
+    text: str
+    stop_reason: str
+
+    @property
+    def logprob(self) -> float:
+        """Log-probability of the whole generated sequence under greedy decoding."""
+        return float(sum(self.logprobs))
+
+
+def cut_at_stop(text: str, stop: Sequence[str]) -> tuple[str, bool]:
+    """``text`` cut before the earliest stop string, and whether one was found."""
+    cuts = [i for i in (text.find(s) for s in stop) if i >= 0]
+    return (text[: min(cuts)], True) if cuts else (text, False)
+
+
+@dataclass
+class _Row:
+    tokens: list[int]
+    logprobs: list[float]
+    text: str = ""
+    reason: str = "length"
+
+
+def _empty_past(session: object, batch: int) -> dict[str, np.ndarray]:
+    """Zero-length past tensors (batch, kv_heads, 0, head_dim) for the prompt step."""
+    feeds = {}
+    for spec in session.get_inputs():  # type: ignore[attr-defined]
+        if spec.name.startswith("past_key_values."):
+            heads, head_dim = int(spec.shape[1]), int(spec.shape[3])
+            dtype = np.float16 if "float16" in spec.type else np.float32
+            feeds[spec.name] = np.zeros((batch, heads, 0, head_dim), dtype=dtype)
+    return feeds
+
+
+def greedy_generate(
+    session: object,
+    token_ids: Sequence[Sequence[int]],
+    settings: GenerationSettings,
+    *,
+    pad_id: int,
+    eos_ids: Sequence[int],
+    decode: Callable[[list[int]], str],
+    policy: BatchPolicy = BatchPolicy(),
+) -> list[Generation]:
+    """Greedy continuations of already tokenised prompts, in input order.
+
+    Prompts are length-bucketed under ``policy`` counting prompt + ``max_new_tokens`` per row; within a
+    batch, rows are left-padded (position ids come from the mask inside the graph), so each row generates
+    what its prompt generates alone.
+    """
+    output_names = [o.name for o in session.get_outputs()]  # type: ignore[attr-defined]
+    # outputs: next_tokens, next_logprob, present.* (fed back as past_key_values.* in the same order)
+    past_names = [name.replace("present.", "past_key_values.", 1) for name in output_names[2:]]
+    eos = set(eos_ids) if settings.stop_at_eos else set()
+    lengths = np.array([len(ids) + settings.max_new_tokens for ids in token_ids], dtype=np.int64)
+    results: list[Generation | None] = [None] * len(token_ids)
+    for batch in plan_batches(lengths, policy):
+        rows = _generate_batch(
+            session,
+            [token_ids[i] for i in batch],
+            settings,
+            pad_id,
+            eos,
+            decode,
+            past_names,
+        )
+        for i, row in zip(batch, rows, strict=True):
+            results[i] = Generation(tuple(row.tokens), tuple(row.logprobs), row.text, row.reason)
+    return results  # type: ignore[return-value]
+
+
+def _generate_batch(
+    session: object,
+    prompts: list[Sequence[int]],
+    settings: GenerationSettings,
+    pad_id: int,
+    eos: set[int],
+    decode: Callable[[list[int]], str],
+    past_names: list[str],
+) -> list[_Row]:
+    ids, mask = left_pad(prompts, pad_id)  # (B, T) each
+    rows = [_Row([], []) for _ in prompts]
+    active = np.arange(len(prompts))  # batch row -> prompt index, for rows still generating
+    feeds: dict[str, np.ndarray] = {
+        "input_ids": ids,
+        "attention_mask": mask,
+        **_empty_past(session, len(prompts)),
+    }
+    for _step in range(settings.max_new_tokens):
+        outputs = session.run(None, feeds)  # type: ignore[attr-defined]
+        next_tokens, next_logprob = outputs[0], outputs[1]  # (b,), (b,)
+        keep = np.ones(len(active), dtype=bool)
+        for b, index in enumerate(active):
+            row = rows[index]
+            token = int(next_tokens[b])
+            row.tokens.append(token)
+            row.logprobs.append(float(next_logprob[b]))
+            if token in eos:
+                row.text, row.reason, keep[b] = decode(row.tokens[:-1]), "eos", False
+                continue
+            text, stopped = cut_at_stop(decode(row.tokens), settings.stop)
+            row.text = text
+            if stopped:
+                row.reason, keep[b] = "stop", False
+        if not keep.any():
+            break
+        mask = np.concatenate([feeds["attention_mask"], np.ones((len(active), 1), dtype=np.int64)], axis=1)
+        presents = outputs[2:]
+        if not keep.all():
+            active, mask, next_tokens = active[keep], mask[keep], next_tokens[keep]
+            presents = [p[keep] for p in presents]
+        feeds = {"input_ids": next_tokens.reshape(-1, 1).astype(np.int64), "attention_mask": mask}
+        feeds.update(zip(past_names, presents, strict=True))
+    return rows
