@@ -1,8 +1,8 @@
 """The embedded default job behind ``sago demo`` / ``make demo``.
 
 1. Train (or reuse) the zoo: tiny Llama-style models on the built-in suites, checkpoints along training.
-2. ``sago run`` over every zoo checkpoint × the built-in ``capitals`` and ``comparison`` suites: variants,
-   ONNX Runtime, the four axes, DuckDB.
+2. ``sago run`` over every zoo checkpoint × the built-in ``capitals``, ``comparison`` (option scoring) and
+   ``letters`` (greedy generation) suites: variants, ONNX Runtime, the four axes, DuckDB.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ class DemoConfig:
 
     out_dir: Path = Path("sago_out/demo")
     device: str = "cpu"
-    datasets: tuple[str, ...] = ("capitals", "comparison")
+    datasets: tuple[str, ...] = ("capitals", "comparison", "letters")
     n_examples: int = 40
     k: int = 1
     zoo: ZooConfig = field(default_factory=ZooConfig)

@@ -4,6 +4,8 @@
   next_token_js = mean pairwise JS divergence between full next-token distributions
   p_gold_sd, p_gold_range = population SD and range of P(gold) across variants
   margin_flip   = share of pairs whose gold margin (log P(gold) - max other log P) changes sign
+Generation tasks have no options: P(gold) is given per variant (P of the reference answer) and only
+next_token_js, p_gold_sd and p_gold_range are computed.
 ECE per family is a dataset-level figure (:func:`expected_calibration_error`).
 """
 
@@ -25,25 +27,35 @@ def gold_margin(option_probs: np.ndarray, gold: int) -> np.ndarray:
 
 
 def confidence_scores(
-    ex: ExampleOutputs, families: list[str | None], next_token_probs: np.ndarray | None = None
+    ex: ExampleOutputs,
+    families: list[str | None],
+    next_token_probs: np.ndarray | None = None,
+    p_gold: np.ndarray | None = None,
 ) -> list[ItemScore]:
-    """next_token_probs: (V, vocab) probabilities at the answer position, or None to skip next_token_js."""
+    """next_token_probs: (V, vocab) probabilities at the answer position, or None to skip next_token_js.
+    p_gold: (V,) P(gold) per variant; default the gold option's probability (needed without options)."""
     out: list[ItemScore] = []
-    margins = gold_margin(ex.option_probs, ex.gold)
+    has_options = ex.n_options > 0
+    if p_gold is None:
+        p_gold = ex.option_probs[:, ex.gold]
+    margins = gold_margin(ex.option_probs, ex.gold) if has_options else None
     for family in families:
         mask = ex.family_mask(family)
         if mask.sum() < 2:
             continue
-        probs = ex.option_probs[mask]
-        p_gold = probs[:, ex.gold]
-        signs = np.sign(margins[mask])
-        i, j = np.triu_indices(int(mask.sum()), 1)
+        gold = p_gold[mask]
         out += [
-            ItemScore(ex.example_id, AXIS, "option_js", family, float(pairwise(probs, "js").mean())),
-            ItemScore(ex.example_id, AXIS, "p_gold_sd", family, float(p_gold.std())),
-            ItemScore(ex.example_id, AXIS, "p_gold_range", family, float(p_gold.max() - p_gold.min())),
-            ItemScore(ex.example_id, AXIS, "margin_flip", family, float(np.mean(signs[i] != signs[j]))),
+            ItemScore(ex.example_id, AXIS, "p_gold_sd", family, float(gold.std())),
+            ItemScore(ex.example_id, AXIS, "p_gold_range", family, float(gold.max() - gold.min())),
         ]
+        if margins is not None:
+            probs = ex.option_probs[mask]
+            signs = np.sign(margins[mask])
+            i, j = np.triu_indices(int(mask.sum()), 1)
+            out += [
+                ItemScore(ex.example_id, AXIS, "option_js", family, float(pairwise(probs, "js").mean())),
+                ItemScore(ex.example_id, AXIS, "margin_flip", family, float(np.mean(signs[i] != signs[j]))),
+            ]
         if next_token_probs is not None:
             js = pairwise(next_token_probs[mask], "js", check=False)
             out.append(ItemScore(ex.example_id, AXIS, "next_token_js", family, float(js.mean())))

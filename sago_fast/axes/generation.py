@@ -1,17 +1,23 @@
-"""Generation consistency from the answers chosen under each variant (multiple choice / pairwise).
+"""Generation consistency from the answers chosen under each variant.
 
 For variants S (canonical + the family's variants, or all meaning-preserving ones):
   answer_disagreement = 1 - mean over pairs of [same answer content]
   correctness_flip    = mean over pairs of |correct_u - correct_v|
   flip_rate           = share of non-canonical variants whose answer differs from the canonical one
   worst_case          = min over variants of correctness (its dataset mean is robust accuracy)
+For generation tasks the answers are normalised answer keys (so answer_disagreement is 1 - pairwise
+normalised exact match), and
+  token_f1_disagreement = 1 - mean over pairs of token-F1 between the generated texts' token ids
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from sago_fast.axes.records import ExampleOutputs, ItemScore
+from sago_fast.kernels.agreement import pairwise_agreement
 
 AXIS = "generation"
 
@@ -44,4 +50,18 @@ def generation_scores(ex: ExampleOutputs, families: list[str | None]) -> list[It
             ItemScore(ex.example_id, AXIS, "flip_rate", family, float(np.mean(rest != canonical_answer))),
             ItemScore(ex.example_id, AXIS, "worst_case", family, float(correct.min())),
         ]
+    return out
+
+
+def text_agreement_scores(
+    ex: ExampleOutputs, texts: Sequence[Sequence[int]], families: list[str | None]
+) -> list[ItemScore]:
+    """token_f1_disagreement per family; texts[v] = token ids of variant v's generated text."""
+    out: list[ItemScore] = []
+    for family in families:
+        rows = np.where(ex.family_mask(family))[0]
+        if len(rows) < 2:
+            continue
+        f1 = pairwise_agreement([texts[r] for r in rows], "token_f1")
+        out.append(ItemScore(ex.example_id, AXIS, "token_f1_disagreement", family, 1.0 - float(f1.mean())))
     return out

@@ -6,15 +6,20 @@ mirroring_log_odds  = log((positions kept + 1/2) / (contents kept + 1/2)) over t
 cue_following       = mean over wrong-hint variants of P_hint(X) - P_canonical(X), X = the hinted option
 swap_consistency    = pairwise tasks: share of item swaps after which the verdict is the same content
                       (higher = more consistent; the one score where higher is better)
+prompt_echo         = generation tasks: share of variants whose (wrong) answer is copied from the
+                      variant's own prompt, i.e. the answer key is a whole-word span of the prompt's key
+                      (per family, and over all meaning-preserving variants with family NULL)
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
 
 from sago_fast.axes.records import ExampleOutputs, ItemScore
+from sago_fast.kernels.agreement import answer_key
 
 AXIS = "mirroring"
 
@@ -53,4 +58,22 @@ def mirroring_scores(ex: ExampleOutputs) -> list[ItemScore]:
     if len(swaps):
         consistent = np.mean([ex.answer[v] == canonical_answer for v in swaps])
         out.append(ItemScore(ex.example_id, AXIS, "swap_consistency", "pair_swap", float(consistent)))
+    return out
+
+
+def prompt_echo_scores(
+    ex: ExampleOutputs, prompts: Sequence[str], families: list[str | None]
+) -> list[ItemScore]:
+    """prompt_echo per family for a generation task; ``ex.answer`` holds answer keys, prompts[v] the
+    rendered prompt of variant v."""
+    echo = np.array(
+        [
+            bool(key) and not correct and f" {key} " in f" {answer_key(prompt)} "
+            for key, correct, prompt in zip(ex.answer, ex.correct, prompts, strict=True)
+        ]
+    )
+    out: list[ItemScore] = []
+    for family in families:
+        mask = ex.family_mask(family)
+        out.append(ItemScore(ex.example_id, AXIS, "prompt_echo", family, float(echo[mask].mean())))
     return out

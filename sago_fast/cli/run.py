@@ -27,6 +27,14 @@ def run_command(
     limit: Annotated[int | None, typer.Option("--limit", help="First N examples of each dataset.")] = None,
     device: Annotated[str | None, typer.Option("--device", help="cpu, cuda or auto (default cpu).")] = None,
     seed: Annotated[int | None, typer.Option("--seed", help="Variant seed (default 0).")] = None,
+    max_new_tokens: Annotated[
+        int | None,
+        typer.Option("--max-new-tokens", help="Generation tasks: tokens generated at most (default 16)."),
+    ] = None,
+    stop: Annotated[
+        list[str] | None,
+        typer.Option("--stop", help="Generation tasks: stop string (repeatable; default a newline)."),
+    ] = None,
     config: Annotated[
         Path | None, typer.Option("--config", help="YAML file with the same settings; options override it.")
     ] = None,
@@ -48,6 +56,8 @@ def run_command(
         "device": device,
         "seed": seed,
         "cache_dir": cache_dir,
+        "max_new_tokens": max_new_tokens,
+        "stop": tuple(s.replace("\\n", "\n").replace("\\t", "\t") for s in stop) if stop else None,
     }
     if config is not None:
         run_config = RunConfig.from_yaml(config, **given)

@@ -10,7 +10,13 @@ after a BLAS product can run 10x slower. The ``sago`` CLI and the benchmarks set
 these kernels on small machines should do the same.
 """
 
-from sago_fast.kernels.agreement import exact_match, normalize_answer, pairwise_agreement, token_f1
+from sago_fast.kernels.agreement import (
+    answer_key,
+    exact_match,
+    normalize_answer,
+    pairwise_agreement,
+    token_f1,
+)
 from sago_fast.kernels.api import (
     distances_to_reference,
     pairwise,
@@ -23,6 +29,7 @@ from sago_fast.kernels.metrics import METRICS
 
 __all__ = [
     "METRICS",
+    "answer_key",
     "distances_to_reference",
     "exact_match",
     "linear_cka",

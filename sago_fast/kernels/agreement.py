@@ -18,6 +18,12 @@ def normalize_answer(text: str) -> str:
     return " ".join(_ARTICLES.sub(" ", text.lower().translate(_PUNCT)).split())
 
 
+def answer_key(text: str) -> str:
+    """Comparison form of a short answer: :func:`normalize_answer`, or, when that leaves nothing (the
+    answer *is* "a" or "the"), lower case without punctuation. Equal keys mean the same answer."""
+    return normalize_answer(text) or " ".join(text.lower().translate(_PUNCT).split())
+
+
 def exact_match(a: Sequence[int], b: Sequence[int]) -> float:
     """1.0 if the two token sequences are identical, else 0.0."""
     return 1.0 if list(a) == list(b) else 0.0

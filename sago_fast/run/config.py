@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from sago_fast.errors import InputError
+from sago_fast.runtime.generate import GenerationSettings
 
 
 @dataclass(frozen=True)
@@ -16,7 +17,8 @@ class RunConfig:
 
     families: perturbation families (None = all registered); variants_per_family: k; limit: first N
     examples of each dataset; device: cpu | cuda | auto; db: DuckDB results file; seed: variant seed;
-    cache_dir: export cache (default ~/.cache/sago_fast/exports).
+    cache_dir: export cache (default ~/.cache/sago_fast/exports); max_new_tokens and stop: greedy
+    generation limits for generation tasks (the answer is cut before the first stop string).
     """
 
     models: tuple[str, ...]
@@ -28,6 +30,8 @@ class RunConfig:
     device: str = "cpu"
     seed: int = 0
     cache_dir: Path | None = None
+    max_new_tokens: int = 16
+    stop: tuple[str, ...] = ("\n",)
 
     def __post_init__(self) -> None:
         if not self.models:
@@ -38,6 +42,14 @@ class RunConfig:
             raise InputError(f"variants_per_family must be positive, not {self.variants_per_family}")
         if self.limit is not None and self.limit < 1:
             raise InputError(f"limit must be positive, not {self.limit}")
+        if self.max_new_tokens < 1:
+            raise InputError(f"max_new_tokens must be positive, not {self.max_new_tokens}")
+        if any(not isinstance(s, str) or not s for s in self.stop):
+            raise InputError(f"stop strings must be non-empty strings, not {list(self.stop)!r}")
+
+    @property
+    def generation(self) -> GenerationSettings:
+        return GenerationSettings(max_new_tokens=self.max_new_tokens, stop=tuple(self.stop))
 
     def as_json(self) -> dict[str, Any]:
         return {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(self).items()}
@@ -63,7 +75,7 @@ class RunConfig:
                 f"{file}: unknown key(s) {', '.join(unknown)} (known: {', '.join(sorted(known))})"
             )
         merged = {**data, **{k: v for k, v in overrides.items() if v not in (None, (), [])}}
-        for key in ("models", "datasets", "families"):
+        for key in ("models", "datasets", "families", "stop"):
             if isinstance(merged.get(key), str):
                 merged[key] = [merged[key]]
             if merged.get(key) is not None:

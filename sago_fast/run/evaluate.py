@@ -12,13 +12,15 @@ import numpy as np
 
 from sago_fast.axes.activation import activation_scores
 from sago_fast.axes.confidence import confidence_scores, expected_calibration_error, gold_margin
-from sago_fast.axes.generation import generation_scores
-from sago_fast.axes.mirroring import mirroring_scores
+from sago_fast.axes.generation import generation_scores, text_agreement_scores
+from sago_fast.axes.mirroring import mirroring_scores, prompt_echo_scores
 from sago_fast.axes.records import ExampleOutputs, ItemScore
 from sago_fast.datasets.resolve import Dataset
 from sago_fast.errors import InputError
-from sago_fast.runtime.options import answer_variants
-from sago_fast.types import Variant
+from sago_fast.runtime.free_answers import FreeAnswer, answer_generations
+from sago_fast.runtime.generate import GenerationSettings
+from sago_fast.runtime.options import OptionAnswer, answer_variants
+from sago_fast.types import Example, Variant
 
 POOLINGS = ("last", "mean")
 ITEM_POOLING = "mean"  # the pooling whose layer-mean scores also go to item_scores
@@ -35,34 +37,82 @@ class UnitTables:
     accuracy: float = float("nan")  # canonical-variant accuracy
 
 
-def check_supported(data: Dataset) -> None:
-    generation = [e.example_id for e in data.examples if not e.has_options]
-    if generation:
-        raise InputError(
-            f"dataset {data.name!r}: {len(generation)} generation example(s) (e.g. {generation[0]!r}); "
-            "`sago run` scores multiple-choice and pairwise tasks so far (greedy generation is not built yet)"
+AnyAnswer = OptionAnswer | FreeAnswer
+
+
+def check_fits(
+    model: Any,
+    data: Dataset,
+    variants: Sequence[Variant],
+    token_ids: Sequence[Sequence[int]],
+    generation: GenerationSettings,
+) -> None:
+    """Every variant's prompt plus what is appended to it (the longest option, or the generated tokens and
+    the longest reference) must fit the model's positions; characters bound tokens from above."""
+    limit = model.max_positions
+    if limit is None:
+        return
+    examples = {e.example_id: e for e in data.examples}
+    for variant, ids in zip(variants, token_ids, strict=True):
+        example = examples[variant.example_id]
+        if example.has_options:
+            extra = max(len(o) for o in example.options)
+        else:
+            extra = max(generation.max_new_tokens, *(len(a) + 1 for a in example.answers))
+        if len(ids) + extra > limit:
+            raise InputError(
+                f"dataset {data.name!r}: variant {variant.variant_id} needs about {len(ids) + extra} tokens, "
+                f"more than the model's {limit} positions (drop long families such as fewshot_order, lower "
+                "--max-new-tokens, or use a model with a longer context)"
+            )
+
+
+def answer_all(
+    model: Any,
+    examples: Sequence[Example],
+    variants: Sequence[Variant],
+    token_ids: Sequence[Sequence[int]],
+    generation: GenerationSettings,
+) -> list[AnyAnswer]:
+    """Option scoring for multiple-choice/pairwise variants, greedy generation for the others; in order."""
+    by_id = {e.example_id: e for e in examples}
+    with_options = [i for i, v in enumerate(variants) if by_id[v.example_id].has_options]
+    free = [i for i, v in enumerate(variants) if not by_id[v.example_id].has_options]
+    answers: list[Any] = [None] * len(variants)
+    if with_options:
+        chosen = answer_variants(model, examples, [variants[i] for i in with_options])
+        for i, answer in zip(with_options, chosen, strict=True):
+            answers[i] = answer
+    if free:
+        generated = answer_generations(
+            model, examples, [variants[i] for i in free], generation, [token_ids[i] for i in free]
         )
+        for i, answer in zip(free, generated, strict=True):
+            answers[i] = answer
+    return answers
 
 
-def evaluate_unit(model: Any, data: Dataset, variants: Sequence[Variant]) -> UnitTables:
+def answer_confidence(answer: AnyAnswer) -> float:
+    """The model's confidence in its own answer: top option probability, or P(generated sequence)."""
+    if isinstance(answer, OptionAnswer):
+        return float(np.exp(answer.option_logprobs).max())
+    return float(np.exp(answer.generation.logprob))
+
+
+def evaluate_unit(
+    model: Any,
+    data: Dataset,
+    variants: Sequence[Variant],
+    generation: GenerationSettings | None = None,
+) -> UnitTables:
     """Probe and answer every variant, then compute the four axes for every example."""
-    check_supported(data)
+    generation = generation or GenerationSettings()
     examples = {e.example_id: e for e in data.examples}
     token_ids = model.tokenizer([v.prompt for v in variants], add_special_tokens=True)["input_ids"]
-    limit = model.max_positions
-    # + the longest option: scoring appends it to the prompt
-    longest_option = max(len(o) for e in data.examples for o in e.options)
-    for variant, ids in zip(variants, token_ids, strict=True):
-        if limit is not None and len(ids) + longest_option > limit:
-            raise InputError(
-                f"dataset {data.name!r}: variant {variant.variant_id} needs about {len(ids) + longest_option} tokens, "
-                f"more than the model's {limit} positions (drop long families such as fewshot_order, or use a "
-                "model with a longer context)"
-            )
+    check_fits(model, data, variants, token_ids, generation)
     probe = model.probe_ids(token_ids)  # hidden (L+1, Nv, d), next_logprobs (Nv, vocab)
-    answers = answer_variants(model, data.examples, variants)
+    answers = answer_all(model, data.examples, variants, token_ids, generation)
     tables = UnitTables()
-    option_probs = [np.exp(a.option_logprobs) for a in answers]
     tables.outputs = output_columns(model, examples, variants, answers, probe, replicate=0)
 
     rows_of: dict[str, list[int]] = defaultdict(list)
@@ -75,26 +125,22 @@ def evaluate_unit(model: Any, data: Dataset, variants: Sequence[Variant]) -> Uni
     for example_id, rows in rows_of.items():
         example = examples[example_id]
         vs = [variants[r] for r in rows]
-        outputs = ExampleOutputs(
-            example_id=example_id,
-            gold=int(example.answer_index),  # type: ignore[arg-type]
-            answer=np.array([answers[r].answer_index for r in rows]),
-            correct=np.array([answers[r].correct for r in rows]),
-            option_probs=np.stack([option_probs[r] for r in rows]),
-            families=tuple(v.family for v in vs),
-            meaning_preserving=np.array([v.meaning_preserving for v in vs]),
-            option_order=np.array([v.option_order for v in vs]),
-            hint_index=np.array([-1 if v.hint_index is None else v.hint_index for v in vs]),
-        )
+        outputs = example_outputs(example, vs, [answers[r] for r in rows])
         canonical_correct.append(bool(outputs.correct[0]))
         families: list[str | None] = [
             None,
             *sorted({v.family for v in vs if v.meaning_preserving} - {"canonical"}),
         ]
-        scores: list[ItemScore] = []
-        scores += generation_scores(outputs, families)
-        scores += confidence_scores(outputs, families, next_token_probs=next_token[rows])
-        scores += mirroring_scores(outputs)
+        scores: list[ItemScore] = generation_scores(outputs, families)
+        if example.has_options:
+            scores += confidence_scores(outputs, families, next_token_probs=next_token[rows])
+            scores += mirroring_scores(outputs)
+        else:
+            free = [answers[r] for r in rows]
+            scores += text_agreement_scores(outputs, [a.text_token_ids for a in free], families)
+            p_gold = np.array([a.p_gold for a in free])
+            scores += confidence_scores(outputs, families, next_token_probs=next_token[rows], p_gold=p_gold)
+            scores += prompt_echo_scores(outputs, [v.prompt for v in vs], families)
         for s in scores:
             tables.item_scores["example_id"].append(s.example_id)
             tables.item_scores["axis"].append(s.axis)
@@ -125,9 +171,9 @@ def evaluate_unit(model: Any, data: Dataset, variants: Sequence[Variant]) -> Uni
             if pooling == ITEM_POOLING:
                 _activation_items(tables, example_ids, layer_rows)
 
-    _replicate(model, data, variants, probe, tables)
+    _replicate(model, data, variants, probe, tables, generation)
 
-    confidence = np.array([p.max() for p in option_probs])
+    confidence = np.array([answer_confidence(a) for a in answers])
     correct = np.array([a.correct for a in answers])
     family_of = np.array([v.family for v in variants])
     eces = {}
@@ -140,41 +186,91 @@ def evaluate_unit(model: Any, data: Dataset, variants: Sequence[Variant]) -> Uni
     return tables
 
 
+def example_outputs(
+    example: Example, variants: Sequence[Variant], answers: Sequence[AnyAnswer]
+) -> ExampleOutputs:
+    """What the axes read for one example (canonical variant first). Generation tasks have no options:
+    answers are answer keys and the option arrays are empty."""
+    common = {
+        "example_id": example.example_id,
+        "correct": np.array([a.correct for a in answers]),
+        "families": tuple(v.family for v in variants),
+        "meaning_preserving": np.array([v.meaning_preserving for v in variants]),
+        "hint_index": np.array([-1 if v.hint_index is None else v.hint_index for v in variants]),
+    }
+    if example.has_options:
+        return ExampleOutputs(
+            gold=int(example.answer_index),  # type: ignore[arg-type]
+            answer=np.array([a.answer_index for a in answers]),  # type: ignore[union-attr]
+            option_probs=np.stack([np.exp(a.option_logprobs) for a in answers]),  # type: ignore[union-attr]
+            option_order=np.array([v.option_order for v in variants]),
+            **common,
+        )
+    n = len(variants)
+    return ExampleOutputs(
+        gold=-1,
+        answer=np.array([a.key for a in answers], dtype=object),  # type: ignore[union-attr]
+        option_probs=np.zeros((n, 0)),
+        option_order=np.zeros((n, 0), dtype=np.int64),
+        **common,
+    )
+
+
 def output_columns(
     model: Any,
     examples: dict[str, Any],
     variants: Sequence[Variant],
-    answers: Sequence[Any],
+    answers: Sequence[AnyAnswer],
     probe: Any,
     replicate: int,
 ) -> dict[str, Any]:
-    """``outputs`` columns for variants answered (``answers``) and probed (``probe``) in one replicate."""
+    """``outputs`` columns for variants answered (``answers``) and probed (``probe``) in one replicate.
+
+    Multiple choice fills answer_index, option_logprobs and margin; generation fills generation (the
+    text, cut at the stop string) and takes entropy from the first generated token's distribution."""
     n = len(variants)
     top = probe.next_logprobs.argmax(axis=1)  # (n,)
+    logp = probe.next_logprobs.astype(np.float64)
+    next_entropy = -(np.exp(logp) * logp).sum(axis=1)  # (n,)
+    columns: dict[str, list[Any]] = defaultdict(list)
+    for row, (variant, answer) in enumerate(zip(variants, answers, strict=True)):
+        example = examples[variant.example_id]
+        if isinstance(answer, OptionAnswer):
+            columns["answer"].append(example.options[answer.answer_index])
+            columns["answer_index"].append(answer.answer_index)
+            columns["option_logprobs"].append(answer.option_logprobs.tolist())
+            columns["entropy"].append(answer.entropy)
+            columns["margin"].append(
+                float(gold_margin(np.exp(answer.option_logprobs)[None, :], example.answer_index)[0])
+            )
+            columns["generation"].append(None)
+        else:
+            columns["answer"].append(answer.answer)
+            columns["answer_index"].append(None)
+            columns["option_logprobs"].append(None)
+            columns["entropy"].append(float(next_entropy[row]))
+            columns["margin"].append(None)
+            columns["generation"].append(answer.generation.text)
+        columns["correct"].append(answer.correct)
+        columns["p_gold"].append(answer.p_gold)
     return {
         "example_id": [v.example_id for v in variants],
         "variant_id": [v.variant_id for v in variants],
         "replicate": np.full(n, replicate, dtype=np.int32),
         "n_prompt_tokens": probe.n_tokens.astype(np.int32),
-        "answer": [
-            examples[v.example_id].options[a.answer_index] for v, a in zip(variants, answers, strict=True)
-        ],
-        "answer_index": [a.answer_index for a in answers],
-        "correct": [a.correct for a in answers],
-        "option_logprobs": [a.option_logprobs.tolist() for a in answers],
-        "p_gold": [a.p_gold for a in answers],
-        "entropy": [a.entropy for a in answers],
-        "margin": [
-            float(gold_margin(np.exp(a.option_logprobs)[None, :], examples[v.example_id].answer_index)[0])
-            for v, a in zip(variants, answers, strict=True)
-        ],
+        **columns,
         "top_token": [model.tokenizer.decode([int(t)]) for t in top],
         "top_logprob": probe.next_logprobs[np.arange(n), top].astype(np.float64),
     }
 
 
 def _replicate(
-    model: Any, data: Dataset, variants: Sequence[Variant], probe: Any, tables: UnitTables
+    model: Any,
+    data: Dataset,
+    variants: Sequence[Variant],
+    probe: Any,
+    tables: UnitTables,
+    generation: GenerationSettings,
 ) -> None:
     """Replicate 1: canonical prompts re-run alone (other batch composition, no padding).
 
@@ -189,8 +285,9 @@ def _replicate(
     saved = model.batch_policy
     model.batch_policy = BatchPolicy(token_budget=saved.token_budget, max_batch=1)
     try:
-        again = model.probe([v.prompt for v in canonical])
-        answers = answer_variants(model, data.examples, canonical)
+        token_ids = model.tokenizer([v.prompt for v in canonical], add_special_tokens=True)["input_ids"]
+        again = model.probe_ids(token_ids)
+        answers = answer_all(model, data.examples, canonical, token_ids, generation)
     finally:
         model.batch_policy = saved
     examples = {e.example_id: e for e in data.examples}

@@ -10,7 +10,7 @@ from typing import Any
 
 from sago_fast.datasets.resolve import Dataset, load_dataset
 from sago_fast.run.config import RunConfig
-from sago_fast.run.evaluate import UnitTables, check_supported, evaluate_unit, variant_rows
+from sago_fast.run.evaluate import UnitTables, evaluate_unit, variant_rows
 from sago_fast.runinfo import new_run_id, run_row
 from sago_fast.store import Store
 from sago_fast.types import Variant
@@ -109,8 +109,6 @@ def run(config: RunConfig, *, command: str = "run", progress: bool = True) -> Ru
     import sago_fast
 
     datasets = [load_dataset(name, limit=config.limit, seed=config.seed) for name in config.datasets]
-    for data in datasets:
-        check_supported(data)
     variant_config = VariantConfig(families=config.families, k=config.variants_per_family, seed=config.seed)
     variant_config.family_names()  # unknown families fail here
     variants = {d.dataset_id: generate_variants(d.examples, variant_config) for d in datasets}
@@ -138,7 +136,7 @@ def run(config: RunConfig, *, command: str = "run", progress: bool = True) -> Ru
                     for data in datasets:
                         bar.set_postfix_str(f"{model.checkpoint.path.name} × {data.name}")
                         start = time.perf_counter()
-                        tables = evaluate_unit(model, data, variants[data.dataset_id])
+                        tables = evaluate_unit(model, data, variants[data.dataset_id], config.generation)
                         write_unit(store, run_id, model, data, variants[data.dataset_id], tables)
                         units.append(
                             UnitResult(
@@ -185,8 +183,10 @@ WITH m AS (
     SELECT model_id, dataset_id,
            avg(value) FILTER (WHERE axis = 'generation' AND metric = 'flip_rate' AND family IS NULL) AS flip_rate,
            avg(value) FILTER (WHERE axis = 'confidence' AND metric = 'option_js' AND family IS NULL) AS option_js,
+           avg(value) FILTER (WHERE axis = 'confidence' AND metric = 'p_gold_sd' AND family IS NULL) AS p_gold_sd,
            avg(value) FILTER (WHERE axis = 'mirroring' AND metric = 'position_mirroring') AS position_mirroring,
-           avg(value) FILTER (WHERE axis = 'mirroring' AND metric = 'cue_following') AS cue_following
+           avg(value) FILTER (WHERE axis = 'mirroring' AND metric = 'cue_following') AS cue_following,
+           avg(value) FILTER (WHERE axis = 'mirroring' AND metric = 'prompt_echo' AND family IS NULL) AS prompt_echo
     FROM item_scores WHERE run_id = $run
     GROUP BY ALL
 ), act AS (
@@ -202,8 +202,10 @@ SELECT regexp_extract(m.checkpoint, '[^/]+$') AS model,
        round(flip_rate, 3) AS generation_flip_rate,
        round(dispersion, 3) AS activation_dispersion,
        round(option_js, 4) AS confidence_option_js,
+       round(p_gold_sd, 3) AS confidence_p_gold_sd,
        round(position_mirroring, 3) AS mirroring_position,
-       round(cue_following, 3) AS mirroring_cue
+       round(cue_following, 3) AS mirroring_cue,
+       round(prompt_echo, 3) AS mirroring_echo
 FROM acc JOIN items USING (model_id, dataset_id) LEFT JOIN act USING (model_id, dataset_id) JOIN m USING (model_id)
 ORDER BY dataset, model
 """

@@ -148,12 +148,11 @@ def _generate_batch(
             row.tokens.append(token)
             row.logprobs.append(float(next_logprob[b]))
             if token in eos:
-                row.text, row.reason, keep[b] = decode(row.tokens[:-1]), "eos", False
-                continue
-            text, stopped = cut_at_stop(decode(row.tokens), settings.stop)
-            row.text = text
-            if stopped:
-                row.reason, keep[b] = "stop", False
+                row.reason, keep[b] = "eos", False
+            elif settings.stop:  # decoded every step only when there are stop strings to look for
+                row.text, stopped = cut_at_stop(decode(row.tokens), settings.stop)
+                if stopped:
+                    row.reason, keep[b] = "stop", False
         if not keep.any():
             break
         mask = np.concatenate([feeds["attention_mask"], np.ones((len(active), 1), dtype=np.int64)], axis=1)
@@ -163,4 +162,9 @@ def _generate_batch(
             presents = [p[keep] for p in presents]
         feeds = {"input_ids": next_tokens.reshape(-1, 1).astype(np.int64), "attention_mask": mask}
         feeds.update(zip(past_names, presents, strict=True))
+    for row in rows:
+        if row.reason == "eos":
+            row.text = decode(row.tokens[:-1])
+        elif row.reason == "length" and not settings.stop:
+            row.text = decode(row.tokens)
     return rows

@@ -1,4 +1,5 @@
-"""Accuracy of zoo checkpoints per instruction template, through ONNX (``load_model`` + option scoring)."""
+"""Accuracy of zoo checkpoints per instruction template, through ONNX (``load_model`` + option scoring, or
+greedy generation for generation tasks)."""
 
 from __future__ import annotations
 
@@ -20,13 +21,16 @@ class TemplateAccuracy:
     checkpoint: str
     template: int
     trained: bool
-    accuracy: float  # share of examples whose gold option has the highest summed log-likelihood
+    accuracy: float  # share of examples answered correctly (option scoring / normalised exact match)
     n_examples: int
 
 
-def option_accuracy(model, examples: Sequence[Example], template: int) -> float:
-    """lm-eval-style accuracy: argmax over options of loglik(prompt, " " + option); ties → lowest index."""
-    from sago_fast.runtime.options import answer_variants
+def template_accuracy(model, examples: Sequence[Example], template: int) -> float:
+    """Accuracy of the canonical rendering with instruction ``template``: lm-eval-style option scoring
+    (argmax over options of loglik(prompt, " " + option); ties → lowest index) for tasks with options,
+    greedy generation + normalised exact match for generation tasks (as in ``sago run``)."""
+    from sago_fast.run.evaluate import answer_all
+    from sago_fast.runtime.generate import GenerationSettings
 
     variants = []
     for example in examples:
@@ -34,7 +38,8 @@ def option_accuracy(model, examples: Sequence[Example], template: int) -> float:
         variants.append(
             make_variant(example, "template", template, replace(base, template=template), base, True)
         )
-    answers = answer_variants(model, examples, variants)
+    token_ids = model.tokenizer([v.prompt for v in variants], add_special_tokens=True)["input_ids"]
+    answers = answer_all(model, examples, variants, token_ids, GenerationSettings())
     return float(np.mean([a.correct for a in answers]))
 
 
@@ -52,7 +57,7 @@ def evaluate_zoo(
     for checkpoint in checkpoints:
         with sago_fast.load_model(checkpoint, cache_dir=cache_dir) as model:
             for template in range(n_templates):
-                acc = option_accuracy(model, examples, template)
+                acc = template_accuracy(model, examples, template)
                 rows.append(
                     TemplateAccuracy(
                         Path(checkpoint).name, template, template in trained_templates, acc, len(examples)

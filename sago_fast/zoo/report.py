@@ -22,7 +22,12 @@ def accuracy_rows(
     rows = []
     for suite in config.suites:
         examples = SUITES.get(suite).build(n_examples, seed=config.seed)
-        chance = sum(1 / len(e.options) for e in examples) / len(examples)
+        # generation tasks have no chance level (shown as NULL)
+        chance = (
+            sum(1 / len(e.options) for e in examples) / len(examples)
+            if all(e.options for e in examples)
+            else None
+        )
         for r in evaluate_zoo(result.checkpoints, examples, config.train_templates, cache_dir=cache_dir):
             rows.append(
                 (
@@ -31,7 +36,7 @@ def accuracy_rows(
                     r.template,
                     "yes" if r.trained else "no",
                     round(r.accuracy, 3),
-                    round(chance, 3),
+                    None if chance is None else round(chance, 3),
                 )
             )
     return ["checkpoint", "suite", "template", "trained", "accuracy", "chance"], rows

@@ -1,4 +1,4 @@
-"""Train tiny Llama-style models on the built-in multiple-choice/pairwise suites, rendered with only some
+"""Train tiny Llama-style models on the built-in suites, rendered with only some
 templates and formats, and save checkpoints along the way (so stability can differ and change over training).
 
 Each training text is a rendered prompt followed by `` <gold option content></s>``; the loss covers the
@@ -38,7 +38,7 @@ class ZooConfig:
     separator are fixed to the canonical ones. save_steps: optimizer steps at which checkpoints are saved.
     """
 
-    suites: tuple[str, ...] = ("capitals", "arithmetic", "comparison")
+    suites: tuple[str, ...] = ("capitals", "arithmetic", "comparison", "letters")
     examples_per_suite: int = 200
     train_templates: tuple[int, ...] = (0, 1)
     save_steps: tuple[int, ...] = (150, 500, 1200)
@@ -68,11 +68,13 @@ def training_examples(config: ZooConfig) -> list[Example]:
 
 
 def render_training_text(example: Example, template: int) -> tuple[str, str]:
-    """(prompt, answer continuation) in a trained format."""
-    if example.answer_index is None:
-        raise InputError(f"{example.example_id}: the zoo trains on examples with options only")
+    """(prompt, answer continuation) in a trained format: the gold option, or the first reference answer."""
     spec = replace(RenderSpec.canonical(example), template=template)
-    return render(spec), " " + example.options[example.answer_index]
+    if example.answer_index is not None:
+        return render(spec), " " + example.options[example.answer_index]
+    if example.answers:
+        return render(spec), " " + example.answers[0]
+    raise InputError(f"{example.example_id}: no gold option or reference answer to train on")
 
 
 def _encode(tokenizer, pairs: list[tuple[str, str]]) -> list[tuple[list[int], int]]:

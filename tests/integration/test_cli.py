@@ -107,7 +107,7 @@ def test_demo_then_query(tmp_path):
     config = DemoConfig(out_dir=tmp_path / "demo", n_examples=4, k=1, zoo=small)
     result = run_demo(config, progress=False)
     db = result.db_path
-    assert len(result.units) == 2 * 2 and len({u.model_id for u in result.units}) == 2
+    assert len(result.units) == 2 * 3 and len({u.model_id for u in result.units}) == 2
     n_variants = json.loads(
         sago("query", "--db", db, "-f", "json", "SELECT count(*) AS n FROM variants").stdout
     )[0]["n"]

@@ -176,17 +176,6 @@ def test_bad_inputs(tmp_path, checkpoints, cache_dir):
     with pytest.raises(InputError, match=r"bad\.jsonl:1: field 'answer'"):
         run(RunConfig(models=(str(checkpoints["llama"]),), datasets=(str(data),), db=db), progress=False)
     assert not db.exists()  # nothing was written for bad input
-    with pytest.raises(InputError, match="generation"):
-        run(
-            RunConfig(
-                models=(str(checkpoints["llama"]),),
-                datasets=("letters",),
-                db=db,
-                limit=2,
-                cache_dir=cache_dir,
-            ),
-            progress=False,
-        )
 
 
 def test_locked_database(locked_db, checkpoints):

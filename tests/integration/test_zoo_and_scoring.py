@@ -12,7 +12,7 @@ from sago_fast.checkpoints.tiny import ARCHITECTURES
 from sago_fast.datasets.builtin import SUITES
 from sago_fast.runtime.scoring import encode_pair, score_continuations
 from sago_fast.zoo import ZooConfig, build_zoo
-from sago_fast.zoo.evaluate import option_accuracy
+from sago_fast.zoo.evaluate import template_accuracy
 
 
 def hf_loglik(checkpoint, tokenizer, context, continuation):
@@ -55,5 +55,5 @@ def test_small_zoo_learns_and_is_cached(tmp_path):
     assert build_zoo(tmp_path / "zoo", config).reused
     examples = SUITES.get("comparison").build(60)
     final = sago_fast.load_model(zoo.checkpoints[-1], cache_dir=tmp_path / "exports")
-    trained = option_accuracy(final, examples, template=0)
+    trained = template_accuracy(final, examples, template=0)
     assert trained >= 0.7, trained  # chance is 0.5

@@ -10,8 +10,8 @@ from scipy.spatial.distance import jensenshannon
 
 from sago_fast.axes.activation import activation_scores
 from sago_fast.axes.confidence import confidence_scores, expected_calibration_error
-from sago_fast.axes.generation import generation_scores
-from sago_fast.axes.mirroring import mirroring_scores
+from sago_fast.axes.generation import generation_scores, text_agreement_scores
+from sago_fast.axes.mirroring import mirroring_scores, prompt_echo_scores
 from sago_fast.axes.records import ExampleOutputs
 
 PROBS = np.array(
@@ -148,3 +148,71 @@ def test_activation_by_hand():
     cka = {(layer, metric, family): value for layer, metric, family, value in dataset_rows}
     assert cka[(0, "cka", "typo")] == pytest.approx(reference_cka(H[0, :, 0], H[0, :, 1]))
     assert cka[(0, "between_example_distance", "canonical")] == pytest.approx(between)
+
+
+# --- generation tasks: answers are answer keys, no options ---
+GEN = ExampleOutputs(
+    example_id="g1",
+    gold=-1,
+    answer=np.array(["paris", "paris", "france", "capital of france"], dtype=object),
+    correct=np.array([True, True, False, False]),
+    option_probs=np.zeros((4, 0)),
+    families=("canonical", "typo", "typo", "casing"),
+    meaning_preserving=np.array([True, True, True, True]),
+    option_order=np.zeros((4, 0), dtype=np.int64),
+    hint_index=np.array([-1, -1, -1, -1]),
+)
+GEN_FAMILIES = [None, "casing", "typo"]
+
+
+def test_generation_task_consistency_by_hand():
+    got = as_dict(generation_scores(GEN, GEN_FAMILIES))
+    # keys [paris, paris, france, capital of france]: 1 equal pair of 6
+    assert got[("answer_disagreement", None)] == pytest.approx(5 / 6)
+    assert got[("correctness_flip", None)] == pytest.approx(4 / 6)
+    assert got[("flip_rate", None)] == pytest.approx(2 / 3)
+    assert got[("worst_case", None)] == 0.0
+    # typo: [paris, paris, france]
+    assert got[("answer_disagreement", "typo")] == pytest.approx(2 / 3)
+    assert got[("flip_rate", "typo")] == pytest.approx(1 / 2)
+
+
+def test_token_f1_disagreement_by_hand():
+    texts = [(1, 2, 3), (1, 2, 3), (4,), (1, 5)]  # token ids of each variant's generated text
+    got = as_dict(text_agreement_scores(GEN, texts, GEN_FAMILIES))
+    # pair F1: (0,1)=1, (0,2)=0, (0,3)=2*(1/3)(1/2)/(5/6)=0.4, (1,2)=0, (1,3)=0.4, (2,3)=0
+    assert got[("token_f1_disagreement", None)] == pytest.approx(1 - 1.8 / 6)
+    assert got[("token_f1_disagreement", "casing")] == pytest.approx(1 - 0.4)
+    assert got[("token_f1_disagreement", "typo")] == pytest.approx(1 - 1 / 3)
+
+
+def test_generation_task_confidence_by_hand():
+    p_gold = np.array([0.5, 0.3, 0.1, 0.5])
+    next_token = np.array([[0.5, 0.5, 0.0], [0.5, 0.5, 0.0], [1.0, 0.0, 0.0], [0.0, 0.0, 1.0]])
+    got = as_dict(confidence_scores(GEN, GEN_FAMILIES, next_token_probs=next_token, p_gold=p_gold))
+    assert ("option_js", None) not in got and ("margin_flip", None) not in got
+    assert got[("p_gold_sd", None)] == pytest.approx(np.std(p_gold))
+    assert got[("p_gold_range", None)] == pytest.approx(0.4)
+    assert got[("p_gold_range", "typo")] == pytest.approx(0.4)
+    assert got[("p_gold_sd", "casing")] == pytest.approx(0.0)
+    pairs = [(0, 1), (0, 2), (0, 3), (1, 2), (1, 3), (2, 3)]
+    js = [jensenshannon(next_token[i], next_token[j]) ** 2 for i, j in pairs]
+    assert got[("next_token_js", None)] == pytest.approx(np.mean(js), abs=1e-6)
+
+
+def test_prompt_echo_by_hand():
+    prompts = [
+        "Question: What is the capital of France?\nAnswer:",
+        "Question: What is the capitl of France?\nAnswer:",
+        "Question: What is the capitl of France?\nAnswer:",
+        "QUESTION: WHAT IS THE CAPITAL OF FRANCE?\nANSWER:",
+    ]
+    got = as_dict(prompt_echo_scores(GEN, prompts, GEN_FAMILIES))
+    # echoes: v2 "france" (wrong, in its prompt), v3 "capital of france" (wrong, in its prompt, any case);
+    # v0/v1 are correct, so never echoes
+    assert got[("prompt_echo", None)] == pytest.approx(2 / 4)
+    assert got[("prompt_echo", "typo")] == pytest.approx(1 / 3)
+    assert got[("prompt_echo", "casing")] == pytest.approx(1 / 2)
+    # a word that only appears inside another word is not an echo
+    partial = ExampleOutputs(**{**GEN.__dict__, "answer": np.array(["", "", "ran", "pari"], dtype=object)})
+    assert as_dict(prompt_echo_scores(partial, prompts, [None]))[("prompt_echo", None)] == 0.0
