@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from sago_fast.cli import demo, export, probe, query, run, zoo
+from sago_fast.cli import demo, export, probe, query, run, stats, zoo
 from sago_fast.cli.variants import variants_app
 
 app = typer.Typer(
@@ -23,6 +23,7 @@ app.command("probe", help=probe.__doc__)(probe.probe_command)
 app.command("query", help=query.__doc__)(query.query_command)
 app.command("run", help=run.__doc__)(run.run_command)
 app.command("demo", help=demo.__doc__)(demo.demo_command)
+app.command("stats", help=stats.__doc__)(stats.stats_command)
 app.add_typer(variants_app, name="variants")
 app.command("zoo", help=zoo.__doc__)(zoo.zoo_command)
 

@@ -35,6 +35,9 @@ def run_command(
         list[str] | None,
         typer.Option("--stop", help="Generation tasks: stop string (repeatable; default a newline)."),
     ] = None,
+    no_stats: Annotated[
+        bool, typer.Option("--no-stats", help="Skip the statistics at the end (run `sago stats` later).")
+    ] = False,
     config: Annotated[
         Path | None, typer.Option("--config", help="YAML file with the same settings; options override it.")
     ] = None,
@@ -57,6 +60,7 @@ def run_command(
         "seed": seed,
         "cache_dir": cache_dir,
         "max_new_tokens": max_new_tokens,
+        "stats": False if no_stats else None,
         "stop": tuple(s.replace("\\n", "\n").replace("\\t", "\t") for s in stop) if stop else None,
     }
     if config is not None:

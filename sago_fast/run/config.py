@@ -18,7 +18,8 @@ class RunConfig:
     families: perturbation families (None = all registered); variants_per_family: k; limit: first N
     examples of each dataset; device: cpu | cuda | auto; db: DuckDB results file; seed: variant seed;
     cache_dir: export cache (default ~/.cache/sago_fast/exports); max_new_tokens and stop: greedy
-    generation limits for generation tasks (the answer is cut before the first stop string).
+    generation limits for generation tasks (the answer is cut before the first stop string); stats: run
+    ``sago stats`` on the finished run (default seed, 2000 resamples).
     """
 
     models: tuple[str, ...]
@@ -32,6 +33,7 @@ class RunConfig:
     cache_dir: Path | None = None
     max_new_tokens: int = 16
     stop: tuple[str, ...] = ("\n",)
+    stats: bool = True
 
     def __post_init__(self) -> None:
         if not self.models:

@@ -163,6 +163,11 @@ def run(config: RunConfig, *, command: str = "run", progress: bool = True) -> Ru
                 "UPDATE runs SET status = $status, provider = $provider WHERE run_id = $run",
                 {"status": status, "provider": provider, "run": run_id},
             )
+    if config.stats:
+        from sago_fast.stats import run_stats
+
+        log.info("computing statistics of run %s", run_id)
+        run_stats(config.db, run_id)
     return RunResult(run_id, str(config.db), provider, tuple(units))
 
 

@@ -142,4 +142,86 @@ MIGRATIONS: tuple[Migration, ...] = (
         );
         """,
     ),
+    Migration(
+        3,
+        "statistics: tests behind model_scores, model comparisons, rankings and their agreement, axis correlations",
+        """
+        ALTER TABLE model_scores ADD COLUMN test VARCHAR;
+        ALTER TABLE model_scores ADD COLUMN null_value DOUBLE;
+        CREATE TABLE model_comparisons (
+            run_id VARCHAR NOT NULL,
+            dataset_id VARCHAR NOT NULL,
+            axis VARCHAR NOT NULL,
+            metric VARCHAR NOT NULL,
+            model_a VARCHAR NOT NULL,
+            model_b VARCHAR NOT NULL,
+            test VARCHAR,
+            mean_a DOUBLE,
+            mean_b DOUBLE,
+            difference DOUBLE,
+            ci_low DOUBLE,
+            ci_high DOUBLE,
+            p_value DOUBLE,
+            p_adjusted DOUBLE,
+            n_items INTEGER
+        );
+        CREATE TABLE rankings (
+            run_id VARCHAR NOT NULL,
+            source VARCHAR NOT NULL,
+            dataset_id VARCHAR NOT NULL,
+            family VARCHAR,
+            axis VARCHAR NOT NULL,
+            metric VARCHAR NOT NULL,
+            model_id VARCHAR NOT NULL,
+            estimate DOUBLE,
+            mean_rank DOUBLE,
+            rank DOUBLE,
+            friedman_stat DOUBLE,
+            friedman_p DOUBLE,
+            nemenyi_cd DOUBLE,
+            n_items INTEGER
+        );
+        CREATE TABLE ranking_agreement (
+            run_id VARCHAR NOT NULL,
+            axis VARCHAR NOT NULL,
+            metric VARCHAR NOT NULL,
+            statistic VARCHAR NOT NULL,
+            source_a VARCHAR,
+            source_b VARCHAR,
+            value DOUBLE,
+            ci_low DOUBLE,
+            ci_high DOUBLE,
+            p_value DOUBLE,
+            n_models INTEGER
+        );
+        CREATE TABLE rank_reversals (
+            run_id VARCHAR NOT NULL,
+            axis VARCHAR NOT NULL,
+            metric VARCHAR NOT NULL,
+            model_a VARCHAR NOT NULL,
+            model_b VARCHAR NOT NULL,
+            dataset_a VARCHAR NOT NULL,
+            dataset_b VARCHAR NOT NULL,
+            difference_a DOUBLE,
+            difference_b DOUBLE,
+            p_adjusted_a DOUBLE,
+            p_adjusted_b DOUBLE
+        );
+        CREATE TABLE axis_correlations (
+            run_id VARCHAR NOT NULL,
+            model_id VARCHAR NOT NULL,
+            dataset_id VARCHAR NOT NULL,
+            axis_a VARCHAR NOT NULL,
+            metric_a VARCHAR NOT NULL,
+            axis_b VARCHAR NOT NULL,
+            metric_b VARCHAR NOT NULL,
+            spearman DOUBLE,
+            spearman_p DOUBLE,
+            partial DOUBLE,
+            partial_p DOUBLE,
+            p_adjusted DOUBLE,
+            n_items INTEGER
+        );
+        """,
+    ),
 )

@@ -172,6 +172,17 @@ class Store:
             return [], []
         return [d[0] for d in cursor.description], cursor.fetchall()
 
+    def delete_rows(self, table: str, **equal: Any) -> None:
+        """Delete the rows of ``table`` whose columns equal the given values (names checked, values bound)."""
+        known = self.columns(table)
+        if not known:
+            raise StoreError(f"unknown table {table!r}")
+        unknown = [c for c in equal if c not in known]
+        if unknown or not equal:
+            raise StoreError(f"table {table!r}: cannot delete by {', '.join(unknown) or 'nothing'}")
+        where = " AND ".join(f'"{c}" = ${c}' for c in equal)  # whitelisted above
+        self.con.execute(f'DELETE FROM "{table}" WHERE {where}', dict(equal))
+
     def close(self) -> None:
         self.con.close()
 

@@ -1,0 +1,469 @@
+"""Every statistic of one run, as table columns ready for the store.
+
+model_scores       per (model, dataset, axis, metric, family): mean over examples, item-clustered bootstrap
+                   CI, the test against the metric's null (nulls.py), BH-adjusted p over the whole table
+model_comparisons  per dataset and headline metric, every model pair on the same examples: paired Wilcoxon
+                   (+ bootstrap CI of the mean difference); McNemar on flip indicators (flip_rate > 0)
+rankings           per source (a dataset, or one family of a dataset) and headline metric: each model's
+                   mean rank over examples (1 = most stable / most accurate), Friedman test, Nemenyi CD;
+                   plus ``worst_axis``: per model the worst of its four axis ranks
+ranking_agreement  Kendall tau_b between the model rankings two sources induce (bootstrap CI over
+                   examples), and Kendall's W over all datasets
+rank_reversals     model pairs ordered significantly one way on one dataset and the other way on another
+axis_correlations  per model and dataset, Spearman between the four headline axes across examples,
+                   partial Spearman controlling for canonical P(gold) and correctness, permutation p-values
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import zlib
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from scipy import stats
+
+from sago_fast.stats.data import ACCURACY, AXES, RunData
+from sago_fast.stats.methods import (
+    StatsConfig,
+    bh_adjust,
+    bootstrap_ci,
+    correlation_permutation_p,
+    kendall_tau_b_rows,
+    kendall_w,
+    mcnemar_p,
+    nemenyi_cd,
+    paired_bootstrap_ci,
+    partial_spearman,
+    pearson,
+    wilcoxon_p,
+)
+from sago_fast.stats.nulls import null_for
+
+Columns = dict[str, list[Any]]
+
+
+@dataclass
+class StatsTables:
+    model_scores: Columns = field(default_factory=lambda: defaultdict(list))
+    model_comparisons: Columns = field(default_factory=lambda: defaultdict(list))
+    rankings: Columns = field(default_factory=lambda: defaultdict(list))
+    ranking_agreement: Columns = field(default_factory=lambda: defaultdict(list))
+    rank_reversals: Columns = field(default_factory=lambda: defaultdict(list))
+    axis_correlations: Columns = field(default_factory=lambda: defaultdict(list))
+
+    TABLES = (
+        "model_scores",
+        "model_comparisons",
+        "rankings",
+        "ranking_agreement",
+        "rank_reversals",
+        "axis_correlations",
+    )
+
+
+def _stream(*parts: object) -> int:
+    """A stable random-stream id per figure, so results do not depend on the order figures are computed."""
+    return zlib.crc32("\x1f".join(str(p) for p in parts).encode())
+
+
+def _append(columns: Columns, **row: Any) -> None:
+    """One row; NaN becomes NULL (SQL aggregates skip NULL, while one NaN poisons them)."""
+    for name, value in row.items():
+        if isinstance(value, float) and math.isnan(value):
+            value = None
+        columns[name].append(value)
+
+
+def compute_stats(data: RunData, config: StatsConfig = StatsConfig()) -> StatsTables:
+    tables = StatsTables()
+    _model_scores(data, config, tables.model_scores)
+    _comparisons(data, config, tables.model_comparisons)
+    _rankings(data, config, tables)
+    _reversals(data, config, tables)
+    _correlations(data, config, tables.axis_correlations)
+    return tables
+
+
+# --- model_scores -------------------------------------------------------------------------------------
+
+
+def _model_scores(data: RunData, config: StatsConfig, out: Columns) -> None:
+    for key in sorted(data.items, key=lambda k: tuple("" if x is None else x for x in k)):
+        model, dataset, axis, metric, family = key
+        by_example = data.items[key]
+        examples = sorted(by_example)
+        values = np.array([by_example[e] for e in examples])
+        low, high = bootstrap_ci(values, config, stream=_stream(*key))
+        test, null_value, p = _test(data, key, examples, values, config)
+        _append(
+            out,
+            run_id=data.run_id,
+            model_id=model,
+            dataset_id=dataset,
+            axis=axis,
+            metric=metric,
+            family=family,
+            estimate=float(np.mean(values)),
+            ci_low=low,
+            ci_high=high,
+            p_value=p,
+            p_adjusted=None,
+            n_items=len(values),
+            test=test,
+            null_value=null_value,
+        )
+    out["p_adjusted"] = [None if np.isnan(x) else float(x) for x in bh_adjust(_floats(out["p_value"]))]
+
+
+def _floats(values: list[Any]) -> np.ndarray:
+    return np.array([np.nan if v is None else v for v in values], dtype=np.float64)
+
+
+def _test(
+    data: RunData, key: tuple, examples: list[str], values: np.ndarray, config: StatsConfig
+) -> tuple[str, float | None, float | None]:
+    """(test description, mean of the null, p-value) for one item metric."""
+    model, dataset, _axis, metric, family = key
+    spec = null_for(metric)
+    if spec.kind == "replicate":
+        noise = data.replicate.get((model, dataset, metric), {})
+        paired = [(v, noise[e]) for e, v in zip(examples, values, strict=True) if e in noise]
+        if not paired:
+            return "none (no replicate)", None, None
+        v, n = np.array(paired).T
+        return "wilcoxon vs replicate", float(n.mean()), wilcoxon_p(v - n, spec.alternative)
+    if spec.kind == "tolerance":
+        tol = config.tolerance if spec.tolerance is None else spec.tolerance
+        reference = 1.0 - tol if spec.alternative == "less" else tol
+        return f"wilcoxon vs {reference:g}", reference, wilcoxon_p(values - reference, spec.alternative)
+    if spec.kind == "chance":
+        chance = data.items.get((model, dataset, "mirroring", "position_chance", family), {})
+        paired = [(v, chance[e]) for e, v in zip(examples, values, strict=True) if e in chance]
+        if not paired:
+            return "none (no chance level)", None, None
+        v, c = np.array(paired).T
+        return "wilcoxon vs chance", float(c.mean()), wilcoxon_p(v - c, spec.alternative)
+    return "none", None, None
+
+
+# --- model vs model -----------------------------------------------------------------------------------
+
+
+def _headline_metrics(data: RunData, dataset: str) -> list[tuple[str, str, str | None]]:
+    """(axis, metric, family) of accuracy and each axis' headline score on this dataset."""
+    out = []
+    for axis in (ACCURACY[0], *AXES):
+        chosen = data.headline(dataset, axis)
+        if chosen is not None:
+            out.append((axis, *chosen))
+    return out
+
+
+def _paired(data: RunData, a: tuple, b: tuple) -> tuple[np.ndarray, np.ndarray]:
+    va, vb = data.items.get(a, {}), data.items.get(b, {})
+    common = sorted(set(va) & set(vb))
+    return np.array([va[e] for e in common]), np.array([vb[e] for e in common])
+
+
+def _comparisons(data: RunData, config: StatsConfig, out: Columns) -> None:
+    for dataset in data.datasets:
+        metrics = _headline_metrics(data, dataset)
+        flip = ("generation", "flip_rate", None)
+        for model_a, model_b in itertools.combinations(data.models, 2):
+            for axis, metric, family in metrics:
+                a, b = _paired(
+                    data, (model_a, dataset, axis, metric, family), (model_b, dataset, axis, metric, family)
+                )
+                if len(a) == 0:
+                    continue
+                low, high = paired_bootstrap_ci(
+                    a, b, config, stream=_stream(dataset, metric, model_a, model_b)
+                )
+                _append(
+                    out,
+                    run_id=data.run_id,
+                    dataset_id=dataset,
+                    axis=axis,
+                    metric=metric,
+                    model_a=model_a,
+                    model_b=model_b,
+                    test="wilcoxon",
+                    mean_a=float(a.mean()),
+                    mean_b=float(b.mean()),
+                    difference=float((a - b).mean()),
+                    ci_low=low,
+                    ci_high=high,
+                    p_value=wilcoxon_p(a - b, "two-sided"),
+                    n_items=len(a),
+                )
+            a, b = _paired(data, (model_a, dataset, *flip), (model_b, dataset, *flip))
+            if len(a):
+                _append(
+                    out,
+                    run_id=data.run_id,
+                    dataset_id=dataset,
+                    axis="generation",
+                    metric="any_flip",
+                    model_a=model_a,
+                    model_b=model_b,
+                    test="mcnemar",
+                    mean_a=float((a > 0).mean()),
+                    mean_b=float((b > 0).mean()),
+                    difference=float((a > 0).mean() - (b > 0).mean()),
+                    ci_low=None,
+                    ci_high=None,
+                    p_value=mcnemar_p(a > 0, b > 0),
+                    n_items=len(a),
+                )
+    out["p_adjusted"] = [None if np.isnan(x) else float(x) for x in bh_adjust(_floats(out["p_value"]))]
+
+
+# --- rankings, agreement, reversals -----------------------------------------------------------------
+
+
+def _matrix(
+    data: RunData, dataset: str, axis: str, metric: str, family: str | None
+) -> tuple[list[str], np.ndarray]:
+    """(examples, (n_examples, n_models) values) over the examples every model has."""
+    per_model = [data.items.get((m, dataset, axis, metric, family), {}) for m in data.models]
+    common = sorted(set.intersection(*(set(v) for v in per_model))) if per_model else []
+    return common, np.array([[v[e] for v in per_model] for e in common]).reshape(len(common), len(per_model))
+
+
+def _ranks(matrix: np.ndarray, higher_is_better: bool) -> np.ndarray:
+    """Ranks within each example (row), 1 = best, ties averaged."""
+    return stats.rankdata(-matrix if higher_is_better else matrix, axis=1)
+
+
+def _sources(
+    data: RunData, dataset: str, axis: str, metric: str, family: str | None
+) -> list[tuple[str, str | None]]:
+    """The dataset itself, and for the generation axis each of its families (rankings a family induces)."""
+    sources: list[tuple[str, str | None]] = [(dataset, family)]
+    if axis == "generation" and family is None:
+        families = sorted(
+            {k[4] for k in data.items if k[1] == dataset and k[3] == metric and k[4] is not None}
+        )
+        sources += [(dataset, f) for f in families]
+    return sources
+
+
+def _source_name(data: RunData, dataset: str, family: str | None, headline_family: str | None) -> str:
+    name = data.dataset_names.get(dataset, dataset)
+    return name if family == headline_family else f"{name}/{family}"
+
+
+def _rankings(data: RunData, config: StatsConfig, tables: StatsTables) -> None:
+    models = data.models
+    worst: dict[tuple[str, str], list[float]] = defaultdict(list)  # (dataset, model) -> axis ranks
+    matrices: dict[tuple[str, str, str], tuple[list[str], np.ndarray]] = {}  # (axis, metric, source)
+    for dataset in data.datasets:
+        for axis, metric, family in _headline_metrics(data, dataset):
+            for _, fam in _sources(data, dataset, axis, metric, family):
+                examples, matrix = _matrix(data, dataset, axis, metric, fam)
+                if len(examples) == 0:
+                    continue
+                source = _source_name(data, dataset, fam, family)
+                matrices[(axis, metric, source)] = (examples, matrix)
+                ranks = _ranks(matrix, higher_is_better=axis == ACCURACY[0])
+                mean_rank = ranks.mean(axis=0)
+                order = stats.rankdata(mean_rank)
+                fstat, fp = (float("nan"), float("nan"))
+                if len(models) >= 3 and len(examples) >= 2 and np.ptp(matrix) > 0:
+                    result = stats.friedmanchisquare(*matrix.T)
+                    fstat, fp = float(result.statistic), float(result.pvalue)
+                cd = nemenyi_cd(len(models), len(examples), config.alpha)
+                for j, model in enumerate(models):
+                    _append(
+                        tables.rankings,
+                        run_id=data.run_id,
+                        source=source,
+                        dataset_id=dataset,
+                        family=fam,
+                        axis=axis,
+                        metric=metric,
+                        model_id=model,
+                        estimate=float(matrix[:, j].mean()),
+                        mean_rank=float(mean_rank[j]),
+                        rank=float(order[j]),
+                        friedman_stat=fstat,
+                        friedman_p=fp,
+                        nemenyi_cd=cd,
+                        n_items=len(examples),
+                    )
+                    if fam == family and axis != ACCURACY[0]:
+                        worst[(dataset, model)].append(float(order[j]))
+    for (dataset, model), ranks in sorted(worst.items()):
+        _append(
+            tables.rankings,
+            run_id=data.run_id,
+            source=data.dataset_names.get(dataset, dataset),
+            dataset_id=dataset,
+            family=None,
+            axis="worst_axis",
+            metric="worst_axis_rank",
+            model_id=model,
+            estimate=max(ranks),
+            mean_rank=None,
+            rank=max(ranks),
+            friedman_stat=None,
+            friedman_p=None,
+            nemenyi_cd=None,
+            n_items=None,
+        )
+    _agreement(data, config, matrices, tables.ranking_agreement)
+
+
+def _agreement(
+    data: RunData,
+    config: StatsConfig,
+    matrices: dict[tuple[str, str, str], tuple[list[str], np.ndarray]],
+    out: Columns,
+) -> None:
+    n_models = len(data.models)
+    if n_models < 2:
+        return
+    by_metric: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for axis, metric, source in matrices:
+        by_metric[(axis, metric)].append(source)
+    for (axis, metric), sources in sorted(by_metric.items()):
+        for source_a, source_b in itertools.combinations(sorted(sources), 2):
+            # whole datasets with each other; a dataset's families with each other and with it
+            if source_a.split("/")[0] != source_b.split("/")[0] and ("/" in source_a or "/" in source_b):
+                continue
+            ma, mb = matrices[(axis, metric, source_a)][1], matrices[(axis, metric, source_b)][1]
+            tau, p = stats.kendalltau(ma.mean(axis=0), mb.mean(axis=0))
+            rng = np.random.default_rng([config.seed, _stream(axis, metric, source_a, source_b)])
+            # item-clustered bootstrap: resample each source's examples, recompute the model means
+            ra = ma[rng.integers(0, len(ma), (config.n_resamples, len(ma)))].mean(axis=1)  # (B, n_models)
+            rb = mb[rng.integers(0, len(mb), (config.n_resamples, len(mb)))].mean(axis=1)
+            draws = kendall_tau_b_rows(ra, rb)
+            draws = draws[np.isfinite(draws)]
+            level = (1 - config.confidence) / 2
+            low, high = (
+                (float(np.quantile(draws, level)), float(np.quantile(draws, 1 - level)))
+                if len(draws)
+                else (None, None)
+            )
+            _append(
+                out,
+                run_id=data.run_id,
+                axis=axis,
+                metric=metric,
+                statistic="kendall_tau_b",
+                source_a=source_a,
+                source_b=source_b,
+                value=float(tau),
+                ci_low=low,
+                ci_high=high,
+                p_value=float(p),
+                n_models=n_models,
+            )
+        whole = [s for s in sources if "/" not in s]
+        if len(whole) >= 2:
+            higher = axis == ACCURACY[0]
+            ranks = np.array(
+                [
+                    stats.rankdata(-m if higher else m)
+                    for m in (matrices[(axis, metric, s)][1].mean(axis=0) for s in whole)
+                ]
+            )
+            w, p = kendall_w(ranks)
+            _append(
+                out,
+                run_id=data.run_id,
+                axis=axis,
+                metric=metric,
+                statistic="kendall_w",
+                source_a=None,
+                source_b=None,
+                value=w,
+                ci_low=None,
+                ci_high=None,
+                p_value=p,
+                n_models=n_models,
+            )
+
+
+def _reversals(data: RunData, config: StatsConfig, tables: StatsTables) -> None:
+    """Model pairs whose order on a headline metric is significant (BH-adjusted Wilcoxon) in opposite
+    directions on two datasets."""
+    comparisons = tables.model_comparisons
+    significant: dict[tuple[str, str, str, str], dict[str, tuple[float, float]]] = defaultdict(dict)
+    for i in range(len(comparisons["run_id"])):
+        if comparisons["test"][i] != "wilcoxon":
+            continue
+        p_adj = comparisons["p_adjusted"][i]
+        if p_adj is None or p_adj >= config.alpha:
+            continue
+        key = (
+            comparisons["axis"][i],
+            comparisons["metric"][i],
+            comparisons["model_a"][i],
+            comparisons["model_b"][i],
+        )
+        significant[key][comparisons["dataset_id"][i]] = (comparisons["difference"][i], p_adj)
+    for (axis, metric, model_a, model_b), by_dataset in sorted(significant.items()):
+        for dataset_a, dataset_b in itertools.combinations(sorted(by_dataset), 2):
+            (diff_a, p_a), (diff_b, p_b) = by_dataset[dataset_a], by_dataset[dataset_b]
+            if np.sign(diff_a) * np.sign(diff_b) < 0:
+                _append(
+                    tables.rank_reversals,
+                    run_id=data.run_id,
+                    axis=axis,
+                    metric=metric,
+                    model_a=model_a,
+                    model_b=model_b,
+                    dataset_a=dataset_a,
+                    dataset_b=dataset_b,
+                    difference_a=diff_a,
+                    difference_b=diff_b,
+                    p_adjusted_a=p_a,
+                    p_adjusted_b=p_b,
+                )
+
+
+# --- axis independence --------------------------------------------------------------------------------
+
+
+def _correlations(data: RunData, config: StatsConfig, out: Columns) -> None:
+    for model in data.models:
+        for dataset in data.datasets:
+            headline = [
+                (a, *data.headline(dataset, a)) for a in AXES if data.headline(dataset, a) is not None
+            ]  # type: ignore[misc]
+            canonical = data.canonical.get((model, dataset), {})
+            series = {h: data.items.get((model, dataset, *h), {}) for h in headline}
+            for ha, hb in itertools.combinations(headline, 2):
+                common = sorted(set(series[ha]) & set(series[hb]) & set(canonical))
+                if len(common) < 4:
+                    continue
+                x = np.array([series[ha][e] for e in common])
+                y = np.array([series[hb][e] for e in common])
+                covariates = np.array(
+                    [canonical[e] for e in common], dtype=np.float64
+                )  # (n, 2) p_gold, correct
+                covariates = covariates[:, np.ptp(covariates, axis=0) > 0]
+                rx, ry = stats.rankdata(x), stats.rankdata(y)
+                res_x, res_y = partial_spearman(x, y, covariates)
+                stream = _stream(model, dataset, ha, hb)
+                _append(
+                    out,
+                    run_id=data.run_id,
+                    model_id=model,
+                    dataset_id=dataset,
+                    axis_a=ha[0],
+                    metric_a=ha[1],
+                    axis_b=hb[0],
+                    metric_b=hb[1],
+                    spearman=pearson(rx, ry),
+                    spearman_p=correlation_permutation_p(rx, ry, config, stream=stream),
+                    partial=pearson(res_x, res_y),
+                    partial_p=correlation_permutation_p(res_x, res_y, config, stream=stream + 1),
+                    n_items=len(common),
+                )
+    out["p_adjusted"] = [None if np.isnan(x) else float(x) for x in bh_adjust(_floats(out["partial_p"]))]

@@ -1,0 +1,138 @@
+"""What the statistics read from a results file: per-example item scores and replicate noise of one run.
+
+Everything is keyed by example so that resampling examples keeps each example's variants together.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy.special import rel_entr
+
+from sago_fast.errors import InputError
+from sago_fast.store import Store
+
+# The score of each axis used where one number per axis is needed (rankings, correlations): the first
+# metric present for the dataset. All are "higher = less stable".
+HEADLINE: dict[str, tuple[str, ...]] = {
+    "generation": ("answer_disagreement",),
+    "activation": ("dispersion",),
+    "confidence": ("option_js", "p_gold_sd"),
+    "mirroring": ("cue_following", "position_mirroring", "prompt_echo"),
+}
+AXES = tuple(HEADLINE)
+ACCURACY = ("accuracy", "accuracy")  # (axis, metric) of canonical correctness, higher = better
+
+Key = tuple[str, str, str, str, str | None]  # (model_id, dataset_id, axis, metric, family)
+
+
+@dataclass
+class RunData:
+    """One run's per-example values. ``items[key][example_id] = value``; ``replicate[(model, dataset,
+    metric)][example_id]`` = the same metric between the two runs of the canonical prompt (noise floor);
+    ``canonical[(model, dataset)][example_id] = (p_gold, correct)`` of the canonical variant."""
+
+    run_id: str
+    items: dict[Key, dict[str, float]] = field(default_factory=dict)
+    replicate: dict[tuple[str, str, str], dict[str, float]] = field(default_factory=dict)
+    canonical: dict[tuple[str, str], dict[str, tuple[float, bool]]] = field(default_factory=dict)
+    model_names: dict[str, str] = field(default_factory=dict)
+    dataset_names: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def models(self) -> list[str]:
+        return sorted({k[0] for k in self.items})
+
+    @property
+    def datasets(self) -> list[str]:
+        return sorted({k[1] for k in self.items})
+
+    def headline(self, dataset_id: str, axis: str) -> tuple[str, str | None] | None:
+        """(metric, family) of the axis' headline score on this dataset: family NULL where the metric has
+        it, else its only family (cue_following is measured on wrong_hint variants only)."""
+        if axis == ACCURACY[0]:
+            return ACCURACY[1], None
+        for metric in HEADLINE[axis]:
+            families = {k[4] for k in self.items if k[1] == dataset_id and k[2] == axis and k[3] == metric}
+            if None in families:
+                return metric, None
+            if len(families) == 1:
+                return metric, next(iter(families))
+        return None
+
+
+def latest_run(store: Store) -> str:
+    _, rows = store.query(
+        "SELECT run_id FROM runs WHERE status = 'done' ORDER BY created_at DESC, run_id DESC LIMIT 1"
+    )
+    if not rows:
+        raise InputError(f"{store.path}: no finished run to analyse (run `sago run` first)")
+    return str(rows[0][0])
+
+
+def load_run(store: Store, run_id: str) -> RunData:
+    """Item scores, canonical accuracy and replicate noise of ``run_id``."""
+    _, found = store.query("SELECT count(*) FROM runs WHERE run_id = $run", {"run": run_id})
+    if not found[0][0]:
+        raise InputError(f"{store.path}: no run {run_id!r}")
+    data = RunData(run_id)
+    _, rows = store.query(
+        "SELECT model_id, dataset_id, axis, metric, family, example_id, value FROM item_scores WHERE run_id = $run",
+        {"run": run_id},
+    )
+    for model, dataset, axis, metric, family, example, value in rows:
+        if value is not None:
+            data.items.setdefault((model, dataset, axis, metric, family), {})[example] = float(value)
+    _canonical_outputs(store, data)
+    _, layer = store.query(
+        """
+        SELECT model_id, dataset_id, example_id, avg(value) FROM layer_scores
+        WHERE run_id = $run AND metric = 'replicate_distance' AND pooling = 'mean' GROUP BY ALL
+        """,
+        {"run": run_id},
+    )
+    for model, dataset, example, value in layer:
+        data.replicate.setdefault((model, dataset, "dispersion_raw"), {})[example] = float(value)
+    data.model_names = dict(
+        store.query(
+            "SELECT model_id, any_value(regexp_extract(checkpoint, '[^/]+$')) FROM models GROUP BY 1"
+        )[1]
+    )
+    data.dataset_names = dict(store.query("SELECT dataset_id, any_value(name) FROM datasets GROUP BY 1")[1])
+    return data
+
+
+def _canonical_outputs(store: Store, data: RunData) -> None:
+    """Canonical accuracy per example and the replicate noise of the confidence metrics."""
+    _, rows = store.query(
+        """
+        SELECT o.model_id, o.dataset_id, o.example_id, o.replicate, o.correct, o.p_gold, o.option_logprobs
+        FROM outputs o JOIN variants v ON v.dataset_id = o.dataset_id AND v.variant_id = o.variant_id
+        WHERE o.run_id = $run AND v.is_canonical
+        """,
+        {"run": data.run_id},
+    )
+    runs: dict[tuple[str, str, str], dict[int, tuple]] = defaultdict(dict)
+    for model, dataset, example, replicate, correct, p_gold, option_logprobs in rows:
+        runs[(model, dataset, example)][int(replicate)] = (correct, p_gold, option_logprobs)
+    for (model, dataset, example), by_replicate in runs.items():
+        if 0 not in by_replicate:
+            continue
+        correct, p_gold, option_logprobs = by_replicate[0]
+        data.items.setdefault((model, dataset, *ACCURACY, None), {})[example] = float(bool(correct))
+        data.canonical.setdefault((model, dataset), {})[example] = (float(p_gold or 0.0), bool(correct))
+        if 1 not in by_replicate:
+            continue
+        _, p_gold_1, option_logprobs_1 = by_replicate[1]
+        if p_gold is not None and p_gold_1 is not None:
+            gap = abs(float(p_gold) - float(p_gold_1))
+            data.replicate.setdefault((model, dataset, "p_gold_range"), {})[example] = gap
+            data.replicate.setdefault((model, dataset, "p_gold_sd"), {})[example] = gap / 2
+        if option_logprobs is not None and option_logprobs_1 is not None:
+            p, q = np.exp(np.asarray(option_logprobs)), np.exp(np.asarray(option_logprobs_1))
+            p, q = p / p.sum(), q / q.sum()
+            m = (p + q) / 2
+            js = float(0.5 * (rel_entr(p, m).sum() + rel_entr(q, m).sum()))  # nats, >= 0
+            data.replicate.setdefault((model, dataset, "option_js"), {})[example] = js
