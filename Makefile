@@ -6,7 +6,7 @@ TORCH_SPEC ?= torch==2.13.0
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.sago-installed
 
-.PHONY: venv demo test lint bench clean
+.PHONY: venv demo test lint bench clean browser
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -22,8 +22,17 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/sago demo
 
-test: $(STAMP)
+test: $(STAMP) browser
 	$(PY) -m pytest -q tests
+
+# The report test opens the HTML in a real headless Chromium (Debian's package; as root when apt exists).
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+	    echo "installing chromium (Debian package) for the browser test"; \
+	    { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null; } \
+	      || echo "note: installing chromium failed: the browser tests will be skipped"; \
+	  else echo "note: no chromium and no way to install it here: the browser tests will be skipped"; fi; }
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check sago_fast tests benchmarks

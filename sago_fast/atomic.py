@@ -17,6 +17,9 @@ def atomic_path(target: str | os.PathLike[str]) -> Iterator[Path]:
     fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     os.close(fd)
     tmp = Path(name)
+    umask = os.umask(0)
+    os.umask(umask)
+    tmp.chmod(0o666 & ~umask)  # mkstemp creates 0600; the result should get the usual permissions
     try:
         yield tmp
         os.replace(tmp, target)

@@ -81,3 +81,20 @@ def unexportable_checkpoint(tmp_path_factory: pytest.TempPathFactory, tokenizer)
     AutoModelForCausalLM.from_config(config).save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path
+
+
+@pytest.fixture(scope="session")
+def run_db(tmp_path_factory: pytest.TempPathFactory, checkpoints, cache_dir):
+    """`sago run` (statistics included) of 3 checkpoints × 2 datasets, 5 examples, 1 variant per family."""
+    from sago_fast.run import RunConfig, run
+
+    db = tmp_path_factory.mktemp("run") / "r.duckdb"
+    config = RunConfig(
+        models=(str(checkpoints["llama"]), str(checkpoints["qwen2"]), str(checkpoints["gpt2"])),
+        datasets=("capitals", "comparison"),
+        db=db,
+        limit=5,
+        variants_per_family=1,
+        cache_dir=cache_dir,
+    )
+    return db, run(config, progress=False)

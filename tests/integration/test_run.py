@@ -21,21 +21,6 @@ from sago_fast.store import Store
 AXES = {"generation", "activation", "confidence", "mirroring"}
 
 
-@pytest.fixture(scope="module")
-def run_db(tmp_path_factory, checkpoints, cache_dir):
-    db = tmp_path_factory.mktemp("run") / "r.duckdb"
-    config = RunConfig(
-        models=(str(checkpoints["llama"]), str(checkpoints["qwen2"]), str(checkpoints["gpt2"])),
-        datasets=("capitals", "comparison"),
-        db=db,
-        limit=5,
-        variants_per_family=1,
-        cache_dir=cache_dir,
-    )
-    result = run(config, progress=False)
-    return db, result
-
-
 def test_every_example_has_all_four_axes(run_db):
     db, result = run_db
     assert len(result.units) == 6

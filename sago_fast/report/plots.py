@@ -1,0 +1,175 @@
+"""The report's figures: matplotlib (Agg) rendered to inline SVG text, every axis labelled with its unit."""
+
+from __future__ import annotations
+
+import io
+from collections import defaultdict
+from collections.abc import Sequence
+
+import numpy as np
+
+from sago_fast.report.data import ReportData, natural_key
+
+UNITS = {  # y-axis label with its unit, per headline metric
+    "accuracy": "accuracy (share of examples)",
+    "answer_disagreement": "answer disagreement (share of variant pairs)",
+    "dispersion": "dispersion (cosine dist. ÷ between-example dist.)",
+    "option_js": "option JS divergence (nats)",
+    "p_gold_sd": "SD of P(gold) (probability)",
+    "cue_following": "shift in P(hinted option) (probability)",
+    "position_mirroring": "position kept (share of moved answers)",
+    "prompt_echo": "prompt echo (share of variants)",
+}
+AXIS_ORDER = ("accuracy", "generation", "activation", "confidence", "mirroring")
+RANK_ORDER = (*AXIS_ORDER, "worst_axis")
+
+
+def _svg(fig) -> str:
+    import matplotlib.pyplot as plt
+
+    buffer = io.StringIO()
+    fig.savefig(buffer, format="svg", bbox_inches="tight")
+    plt.close(fig)
+    text = buffer.getvalue()
+    return text[text.index("<svg") :]  # drop the XML prolog: the SVG is inlined in HTML
+
+
+def _figure(n_panels: int, width: float = 3.6, height: float = 3.0):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    matplotlib.rcParams["svg.fonttype"] = "none"  # text stays text: smaller files, selectable labels
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(
+        1, max(n_panels, 1), figsize=(width * max(n_panels, 1), height), squeeze=False, layout="constrained"
+    )
+    return fig, list(axes[0])
+
+
+def profile_plot(data: ReportData, dataset: str) -> str:
+    """Accuracy and the four axes' headline scores per model (bars with 95% bootstrap CIs)."""
+    rows = [r for r in data.headline.rows if r[1] == dataset]
+    by_axis: dict[str, list[tuple]] = defaultdict(list)
+    for row in rows:
+        by_axis[row[2]].append(row)
+    axes_present = [a for a in AXIS_ORDER if a in by_axis]
+    fig, panels = _figure(len(axes_present), width=3.4)
+    for ax, axis in zip(panels, axes_present, strict=False):
+        entries = sorted(by_axis[axis], key=lambda r: natural_key(r[0]))
+        models = [e[0] for e in entries]
+        estimate = np.array([e[4] for e in entries], dtype=float)
+        low = np.array([e[5] if e[5] is not None else e[4] for e in entries], dtype=float)
+        high = np.array([e[6] if e[6] is not None else e[4] for e in entries], dtype=float)
+        ax.bar(range(len(models)), estimate, color="#4c72b0" if axis != "accuracy" else "#55a868")
+        ax.errorbar(
+            range(len(models)),
+            estimate,
+            yerr=[estimate - low, high - estimate],
+            fmt="none",
+            ecolor="black",
+            capsize=3,
+        )
+        metric = entries[0][3]
+        ax.set_title(f"{axis}: {metric}", fontsize=9)
+        ax.set_xticks(range(len(models)), models, rotation=30, ha="right", fontsize=8)
+        ax.set_xlabel("model")
+        ax.set_ylabel(UNITS.get(metric, f"{metric} (score)"), fontsize=8)
+    fig.suptitle(f"{dataset}: accuracy and four-axis profile (higher = less stable), 95% CI", fontsize=10)
+    return _svg(fig)
+
+
+def layer_plot(data: ReportData) -> str:
+    """Activation dispersion per layer (mean pooling), one line per model, one panel per dataset."""
+    datasets = sorted({r[1] for r in data.layers})
+    fig, panels = _figure(len(datasets))
+    for ax, dataset in zip(panels, datasets, strict=False):
+        curves: dict[str, list[tuple[int, float]]] = defaultdict(list)
+        for model, ds, layer, value in data.layers:
+            if ds == dataset:
+                curves[model].append((layer, value))
+        for model in sorted(curves, key=natural_key):
+            points = sorted(curves[model])
+            ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=model)
+        ax.axhline(1.0, color="grey", linestyle=":", linewidth=1)
+        ax.set_title(dataset, fontsize=9)
+        ax.set_xlabel("layer (0 = embeddings)")
+        ax.set_ylabel(UNITS["dispersion"], fontsize=8)
+        ax.legend(fontsize=7)
+    return _svg(fig)
+
+
+def ranking_plot(data: ReportData, reversed_models: dict[tuple[str, str], set[str]]) -> str:
+    """Rank of each model per dataset for each headline metric (1 = most stable / accurate); models in a
+    significant rank reversal of that metric (``reversed_models[(axis, metric)]``) are drawn thick and red."""
+    by_metric: dict[tuple[str, str], list[tuple[str, str, float]]] = defaultdict(list)
+    for axis, metric, source, model, rank in data.ranks:
+        by_metric[(axis, metric)].append((source, model, rank))
+    keys = sorted(by_metric, key=lambda k: RANK_ORDER.index(k[0]) if k[0] in RANK_ORDER else 99)
+    fig, panels = _figure(len(keys), width=3.0)
+    for ax, key in zip(panels, keys, strict=False):
+        entries = by_metric[key]
+        sources = sorted({e[0] for e in entries})
+        models = sorted({e[1] for e in entries}, key=natural_key)
+        for model in models:
+            ranks = [next((r for s, m, r in entries if s == src and m == model), np.nan) for src in sources]
+            hot = model in reversed_models.get(key, set())
+            ax.plot(
+                range(len(sources)),
+                ranks,
+                marker="o",
+                label=model,
+                linewidth=3 if hot else 1.2,
+                color="red" if hot else None,
+            )
+        ax.set_xticks(range(len(sources)), sources, rotation=30, ha="right", fontsize=8)
+        ax.set_xlabel("dataset")
+        ax.set_ylabel("rank (1 = best)")
+        ax.invert_yaxis()
+        ax.set_title(f"{key[0]}: {key[1]}", fontsize=9)
+        ax.legend(fontsize=7)
+    return _svg(fig)
+
+
+def correlation_heatmap(data: ReportData) -> str:
+    """Spearman correlation between axes across examples: rows (model, dataset), columns axis pairs."""
+    rows = sorted({(r[0], r[1]) for r in data.correlations}, key=lambda k: (natural_key(k[0]), k[1]))
+    pairs = sorted({(r[2], r[3]) for r in data.correlations})
+    grid = np.full((len(rows), len(pairs)), np.nan)
+    for model, dataset, a, b, spearman, _partial in data.correlations:
+        if spearman is not None:
+            grid[rows.index((model, dataset)), pairs.index((a, b))] = spearman
+    fig, panels = _figure(1, width=1.2 * len(pairs) + 3, height=0.35 * len(rows) + 2)
+    ax = panels[0]
+    image = ax.imshow(grid, cmap="RdBu_r", vmin=-1, vmax=1, aspect="auto")
+    ax.set_xticks(range(len(pairs)), [f"{a} × {b}" for a, b in pairs], rotation=30, ha="right", fontsize=8)
+    ax.set_yticks(range(len(rows)), [f"{m} / {d}" for m, d in rows], fontsize=8)
+    ax.set_xlabel("axis pair")
+    ax.set_ylabel("model / dataset")
+    for i in range(len(rows)):
+        for j in range(len(pairs)):
+            if np.isfinite(grid[i, j]):
+                ax.text(j, i, f"{grid[i, j]:.2f}", ha="center", va="center", fontsize=7)
+    fig.colorbar(image, ax=ax, label="Spearman correlation across examples (unitless)")
+    return _svg(fig)
+
+
+def training_plot(data: ReportData, models: Sequence[str]) -> str:
+    """Headline scores along the checkpoints (natural name order), one line per dataset."""
+    by_axis: dict[str, dict[str, dict[str, float]]] = defaultdict(lambda: defaultdict(dict))
+    metric_of: dict[str, str] = {}
+    for model, dataset, axis, metric, estimate, *_ in data.headline.rows:
+        by_axis[axis][dataset][model] = estimate
+        metric_of[axis] = metric
+    axes_present = [a for a in AXIS_ORDER if a in by_axis]
+    order = sorted(models, key=natural_key)
+    fig, panels = _figure(len(axes_present), width=3.4)
+    for ax, axis in zip(panels, axes_present, strict=False):
+        for dataset, values in sorted(by_axis[axis].items()):
+            ax.plot(range(len(order)), [values.get(m, np.nan) for m in order], marker="o", label=dataset)
+        ax.set_xticks(range(len(order)), order, rotation=30, ha="right", fontsize=8)
+        ax.set_xlabel("checkpoint (training order)")
+        ax.set_ylabel(UNITS.get(metric_of[axis], f"{metric_of[axis]} (score)"), fontsize=8)
+        ax.set_title(axis, fontsize=9)
+        ax.legend(fontsize=7)
+    return _svg(fig)

@@ -1,0 +1,102 @@
+"""Render a run's report to one HTML file: data (data.py) → figures (plots.py) → Jinja2 template."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from markupsafe import Markup, escape
+
+from sago_fast.atomic import atomic_path
+from sago_fast.report.data import ReportData, Table, load_report_data, natural_key
+from sago_fast.store import Store
+
+log = logging.getLogger(__name__)
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "NULL"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def html_table(table: Table, name: str) -> Markup:
+    """A sortable table (escaped cells)."""
+    head = "".join(f"<th>{escape(c)}</th>" for c in table.columns)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{escape(_cell(v))}</td>" for v in row) + "</tr>" for row in table.rows
+    )
+    return Markup(
+        f'<table class="sortable" id="table-{escape(name)}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+    )
+
+
+def render_report(data: ReportData) -> str:
+    from jinja2 import Environment, PackageLoader, select_autoescape
+
+    from sago_fast.report import plots
+
+    env = Environment(
+        loader=PackageLoader("sago_fast.report", "templates"), autoescape=select_autoescape(["j2"])
+    )
+    env.globals["table"] = html_table
+    context: dict[str, Any] = {"run": data.run_info or None, "empty": data.empty}
+    if not data.empty:
+        datasets = sorted({r[1] for r in data.headline.rows})
+        models = sorted({r[0] for r in data.headline.rows}, key=natural_key)
+        reversed_models: dict[tuple[str, str], set[str]] = {}
+        for axis, metric, model_a, model_b, *_ in data.reversals.rows:
+            reversed_models.setdefault((axis, metric), set()).update((model_a, model_b))
+        context.update(
+            profiles=[(d, plots.profile_plot(data, d)) for d in datasets],
+            headline=data.headline,
+            layers=plots.layer_plot(data) if data.layers else "<p>No per-layer scores.</p>",
+            rankings=plots.ranking_plot(data, reversed_models) if data.ranks else "<p>No rankings.</p>",
+            reversals=data.reversals,
+            agreement=data.agreement,
+            correlations=plots.correlation_heatmap(data) if data.correlations else "<p>Too few examples.</p>",
+            training=plots.training_plot(data, models),
+            unstable=data.unstable,
+            significance=data.significance,
+        )
+    return env.get_template("report.html.j2").render(**context)
+
+
+def write_report(
+    db: str | os.PathLike[str],
+    out: str | os.PathLike[str],
+    run_id: str | None = None,
+    *,
+    n_unstable: int = 10,
+) -> Path:
+    """Write the report of ``run_id`` (default: the latest finished run) to ``out`` (temp file + rename).
+
+    Statistics are computed first when the run has none yet; a database without runs gives an
+    empty-but-valid report. Older results files are migrated when opened."""
+    from sago_fast.stats import run_stats
+
+    with Store(db) as store:
+        _, runs = store.query(
+            "SELECT run_id FROM runs WHERE status = 'done' ORDER BY created_at DESC, run_id DESC LIMIT 1"
+        )
+        run = run_id or (runs[0][0] if runs else None)
+        needs_stats = (
+            run is not None
+            and not store.query("SELECT count(*) FROM model_scores WHERE run_id = $run", {"run": run})[1][0][
+                0
+            ]
+        )
+    if needs_stats:
+        log.info("run %s has no statistics yet: computing them", run)
+        run_stats(db, run)
+    with Store(db, read_only=True) as store:
+        data = load_report_data(store, run, n_unstable)
+    path = Path(out)
+    html = render_report(data)
+    with atomic_path(path) as tmp:
+        tmp.write_text(html, encoding="utf-8")
+    return path

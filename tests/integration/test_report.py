@@ -1,0 +1,163 @@
+"""`sago stats` / `sago report`: statistics stored by `sago run`, the HTML report in a real headless
+Chromium (no console errors), labelled plots, empty and old-schema databases."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from sago_fast.errors import StoreError
+from sago_fast.report import write_report
+from sago_fast.report.data import load_report_data
+from sago_fast.stats import run_stats
+from sago_fast.store import Store
+from sago_fast.store.migrations import MIGRATIONS
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+needs_chromium = pytest.mark.skipif(
+    CHROMIUM is None, reason="no chromium on PATH (`make test` installs Debian's chromium)"
+)
+
+
+def open_in_chromium(html: Path, screenshot: Path):
+    """Load ``html`` headless; returns (console errors, page text, header texts after one sort click)."""
+    from playwright.sync_api import sync_playwright
+
+    errors: list[str] = []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.on(
+            "console", lambda m: errors.append(f"console {m.type}: {m.text}") if m.type == "error" else None
+        )
+        page.on("pageerror", lambda e: errors.append(f"page error: {e}"))
+        page.goto(html.resolve().as_uri())
+        page.wait_for_load_state("load")
+        text = page.inner_text("body")
+        sorted_column = None
+        if page.locator("#table-headline").count():
+            page.click("#table-headline th:nth-child(5)")  # estimate, ascending
+            cells = page.locator("#table-headline tbody tr td:nth-child(5)").all_inner_texts()
+            sorted_column = [float(c) for c in cells if c != "NULL"]
+        page.screenshot(path=str(screenshot), full_page=True)
+        browser.close()
+    print(f"screenshot: {screenshot}")
+    return errors, text, sorted_column
+
+
+def test_run_stores_statistics(run_db):
+    db, result = run_db
+    with Store(db, read_only=True) as store:
+        counts = {
+            t: store.query(f'SELECT count(*) FROM "{t}" WHERE run_id = $r', {"r": result.run_id})[1][0][0]
+            for t in (
+                "model_scores",
+                "model_comparisons",
+                "rankings",
+                "ranking_agreement",
+                "axis_correlations",
+            )
+        }
+        _, rows = store.query(
+            """SELECT count(*) FROM model_scores WHERE run_id = $r AND p_value IS NOT NULL
+               AND (p_adjusted < p_value OR ci_low > estimate OR ci_high < estimate)""",
+            {"r": result.run_id},
+        )
+    assert all(n > 0 for n in counts.values()), counts
+    assert rows == [(0,)]  # BH never lowers a p-value; CIs contain their estimate
+
+
+def test_stats_twice_gives_the_same_tables(run_db, tmp_path):
+    db, result = run_db
+    copy = tmp_path / "copy.duckdb"
+    shutil.copy(db, copy)
+    run_stats(copy, result.run_id)
+    with Store(copy, read_only=True) as a, Store(db, read_only=True) as b:
+        for table in ("model_scores", "rankings", "ranking_agreement", "axis_correlations"):
+            sql = f'SELECT * EXCLUDE (run_id) FROM "{table}" ORDER BY ALL'
+            assert a.query(sql)[1] == b.query(sql)[1], table
+
+
+@needs_chromium
+def test_report_renders_in_chromium_without_errors(run_db, tmp_path):
+    db, _ = run_db
+    html = write_report(db, tmp_path / "report.html")
+    errors, text, sorted_column = open_in_chromium(html, tmp_path / "report.png")
+    assert errors == []
+    for heading in (
+        "Four-axis profile per model",
+        "Activation dispersion per layer",
+        "Rankings across datasets",
+        "Do the axes fail independently?",
+        "Stability over training checkpoints",
+        "Most unstable examples",
+    ):
+        assert heading in text
+    assert sorted_column and sorted_column == sorted(sorted_column)  # the table sorts on click
+    # self-contained: nothing is loaded from elsewhere (SVG namespaces are identifiers, not requests)
+    assert not re.search(r"""(src|href)\s*=\s*["'](https?:|//)""", html.read_text())
+
+
+def test_every_plot_has_labelled_axes(run_db, monkeypatch):
+    from sago_fast.report import plots
+    from sago_fast.report.render import render_report
+
+    figures = []
+    original = plots._svg
+    monkeypatch.setattr(plots, "_svg", lambda fig: figures.append(fig) or original(fig))
+    db, result = run_db
+    with Store(db, read_only=True) as store:
+        render_report(load_report_data(store, result.run_id))
+    assert len(figures) >= 6  # a profile per dataset, layers, rankings, correlations, training
+    for fig in figures:
+        for ax in fig.axes:
+            if ax.get_label() == "<colorbar>":
+                assert ax.get_ylabel()  # the colour scale says what it measures
+                continue
+            assert ax.get_xlabel() and ax.get_ylabel(), fig
+            if ax.get_ylabel() != "model / dataset":
+                assert "(" in ax.get_ylabel(), ax.get_ylabel()  # the unit, in parentheses
+
+
+@needs_chromium
+def test_empty_database_gives_an_empty_but_valid_report(tmp_path):
+    db = tmp_path / "empty.duckdb"
+    Store(db).close()
+    html = write_report(db, tmp_path / "empty.html")
+    errors, text, _ = open_in_chromium(html, tmp_path / "empty.png")
+    assert errors == []
+    assert "holds no finished run" in text
+
+
+def test_old_schema_is_migrated_and_newer_refused(tmp_path):
+    db = tmp_path / "old.duckdb"
+    con = duckdb.connect(str(db))
+    con.execute("CREATE TABLE schema_version (version INTEGER, description VARCHAR, applied_at TIMESTAMP)")
+    for migration in MIGRATIONS[:2]:
+        con.execute(migration.sql)
+        con.execute(
+            "INSERT INTO schema_version VALUES (?, ?, now())", [migration.version, migration.description]
+        )
+    con.close()
+    write_report(db, tmp_path / "old.html")
+    with Store(db, read_only=True) as store:
+        assert store.schema_version() == MIGRATIONS[-1].version
+        assert "rankings" in store.tables()
+    con = duckdb.connect(str(db))
+    con.execute("INSERT INTO schema_version VALUES (99, 'from the future', now())")
+    con.close()
+    with pytest.raises(StoreError, match="newer than this sago_fast"):
+        write_report(db, tmp_path / "new.html")
+    assert not (tmp_path / "new.html").exists()
