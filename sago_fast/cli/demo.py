@@ -1,4 +1,4 @@
-"""Run the embedded default job (zoo checkpoints × built-in suites, all four axes) and show the results."""
+"""Run the embedded default job (zoo checkpoints × built-in suites, four axes, statistics, HTML report)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,12 @@ EXAMPLE_SQL = (
     "WHERE axis = 'generation' AND metric = 'flip_rate' AND family IS NOT NULL GROUP BY family ORDER BY flip_rate DESC"
 )
 
+STATS_SQL = (
+    "SELECT r.source, regexp_extract(m.checkpoint, '[^/]+$') AS model, r.rank, round(r.estimate, 3) AS "
+    "answer_disagreement, round(r.friedman_p, 4) AS friedman_p FROM rankings r JOIN models m USING (model_id) "
+    "WHERE r.axis = 'generation' AND r.family IS NULL ORDER BY r.source, r.rank"
+)
+
 
 def demo_command(
     out: Annotated[
@@ -24,6 +30,7 @@ def demo_command(
 ) -> None:
     from sago_fast.cli.query import render_table
     from sago_fast.demo import DemoConfig, run_demo
+    from sago_fast.report import write_report
     from sago_fast.run.pipeline import summary_rows
     from sago_fast.store import Store
 
@@ -35,4 +42,6 @@ def demo_command(
         f"\nrun {result.run_id} on {result.provider}: {len(result.units)} units (checkpoint × dataset)"
     )
     typer.echo(f"results: {Path(result.db_path).resolve()}")
+    report = write_report(result.db_path, out / "report.html", result.run_id)
+    typer.echo(f'report:  {report.resolve()}  (statistics: sago query --db {result.db_path} "{STATS_SQL}")')
     typer.echo(f'try:     sago query --db {result.db_path} "{EXAMPLE_SQL}"')

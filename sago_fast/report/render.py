@@ -10,6 +10,7 @@ from typing import Any
 from markupsafe import Markup, escape
 
 from sago_fast.atomic import atomic_path
+from sago_fast.errors import InputError
 from sago_fast.report.data import ReportData, Table, load_report_data, natural_key
 from sago_fast.store import Store
 
@@ -83,6 +84,11 @@ def write_report(
         _, runs = store.query(
             "SELECT run_id FROM runs WHERE status = 'done' ORDER BY created_at DESC, run_id DESC LIMIT 1"
         )
+        if (
+            run_id is not None
+            and not store.query("SELECT count(*) FROM runs WHERE run_id = $r", {"r": run_id})[1][0][0]
+        ):
+            raise InputError(f"{db}: no run {run_id!r}")
         run = run_id or (runs[0][0] if runs else None)
         needs_stats = (
             run is not None

@@ -221,3 +221,21 @@ def test_cuda_without_gpu_is_a_clear_error_before_any_export(checkpoints, tmp_pa
     proc = sago("probe", str(checkpoints["llama"]), "hi", "--device", "cuda", "--cache-dir", str(cache))
     _assert_one_line_error(proc, "device 'cuda' asked")
     assert not cache.exists()
+
+
+def test_stats_and_report_commands(run_db, tmp_path):
+    db, result = run_db
+    copy = tmp_path / "copy.duckdb"
+    shutil.copy(db, copy)
+    stats = sago("stats", "--db", str(copy), "--resamples", "200", "--seed", "3")
+    assert stats.returncode == 0, stats.stderr
+    assert f"statistics of run {result.run_id}" in stats.stdout and "model_scores" in stats.stdout
+    report = sago("report", "--db", str(copy), "-o", str(tmp_path / "r.html"))
+    assert report.returncode == 0, report.stderr
+    assert (tmp_path / "r.html").read_text().startswith("<!DOCTYPE html>")
+    for command in ("stats", "report"):
+        _assert_one_line_error(sago(command, "--db", str(tmp_path / "nope.duckdb")), "no such database")
+    _assert_one_line_error(sago("stats", "--db", str(copy), "--run", "nope"), "no run 'nope'")
+    _assert_one_line_error(
+        sago("stats", "--db", str(copy), "--resamples", "5"), "n_resamples must be at least 100"
+    )
