@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import platform
-import uuid
 from datetime import datetime, timezone
 from importlib import metadata
 from typing import Any
@@ -38,10 +37,6 @@ def versions_of(packages: tuple[str, ...]) -> dict[str, str]:
 def package_versions() -> dict[str, str]:
     """Python and the recorded packages' versions, for the ``runs`` table."""
     return {"python": platform.python_version(), **versions_of(RECORDED_PACKAGES)}
-
-
-def new_run_id() -> str:
-    return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]
 
 
 def run_row(

@@ -38,13 +38,30 @@ def run_command(
     no_stats: Annotated[
         bool, typer.Option("--no-stats", help="Skip the statistics at the end (run `sago stats` later).")
     ] = False,
+    executor: Annotated[
+        str | None,
+        typer.Option(
+            "--executor", help="local (default) or ray (extra sago_fast[ray]; RAY_ADDRESS joins a cluster)."
+        ),
+    ] = None,
+    shard: Annotated[
+        str | None,
+        typer.Option(
+            "--shard", help="i/N: evaluate every N-th unit from the i-th (job arrays); needs --shard-dir."
+        ),
+    ] = None,
+    shard_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--shard-dir", help="Folder for the Parquet unit folders of --shard (merge with `sago merge`)."
+        ),
+    ] = None,
     config: Annotated[
         Path | None, typer.Option("--config", help="YAML file with the same settings; options override it.")
     ] = None,
     cache_dir: CacheDirOpt = None,
 ) -> None:
     from sago_fast.cli.query import render_table
-    from sago_fast.errors import InputError
     from sago_fast.run import RunConfig, run
     from sago_fast.run.pipeline import summary_rows
     from sago_fast.store import Store
@@ -61,18 +78,22 @@ def run_command(
         "cache_dir": cache_dir,
         "max_new_tokens": max_new_tokens,
         "stats": False if no_stats else None,
+        "executor": executor,
+        "shard": shard,
+        "shard_dir": shard_dir,
         "stop": tuple(s.replace("\\n", "\n").replace("\\t", "\t") for s in stop) if stop else None,
     }
     if config is not None:
         run_config = RunConfig.from_yaml(config, **given)
     else:
-        if db is None:
-            raise InputError("--db is required (or give it in --config)")
         run_config = RunConfig(**{k: v for k, v in given.items() if v is not None})
     result = run(run_config)
+    counts = f"{len(result.units)} units run, {result.skipped} already done (skipped), 0 failed"
+    if result.db_path is None:
+        typer.echo(f"run {result.run_id} shard {run_config.shard}: {counts} -> {result.shard_dir}")
+        return
     with Store(result.db_path, read_only=True) as store:
         columns, rows = summary_rows(store, result.run_id)
     typer.echo(render_table(columns, rows))
-    typer.echo(
-        f"\nrun {result.run_id} on {result.provider}: {len(result.units)} units -> {Path(result.db_path).resolve()}"
-    )
+    provider = result.provider or "(nothing new evaluated)"
+    typer.echo(f"\nrun {result.run_id} on {provider}: {counts} -> {Path(result.db_path).resolve()}")

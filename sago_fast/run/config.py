@@ -19,12 +19,15 @@ class RunConfig:
     examples of each dataset; device: cpu | cuda | auto; db: DuckDB results file; seed: variant seed;
     cache_dir: export cache (default ~/.cache/sago_fast/exports); max_new_tokens and stop: greedy
     generation limits for generation tasks (the answer is cut before the first stop string); stats: run
-    ``sago stats`` on the finished run (default seed, 2000 resamples).
+    ``sago stats`` on the finished run (default seed, 2000 resamples). executor: local | ray;
+    shard "i/N" with shard_dir: evaluate every N-th unit from the i-th and write Parquet unit folders
+    under shard_dir instead of the database (merge them with ``sago merge``); ray_cpus_per_task,
+    ray_max_retries: Ray task resources and retries on worker failure.
     """
 
     models: tuple[str, ...]
     datasets: tuple[str, ...]
-    db: Path
+    db: Path | None = None
     families: tuple[str, ...] | None = None
     variants_per_family: int = 2
     limit: int | None = None
@@ -34,12 +37,25 @@ class RunConfig:
     max_new_tokens: int = 16
     stop: tuple[str, ...] = ("\n",)
     stats: bool = True
+    executor: str = "local"
+    shard: str | None = None
+    shard_dir: Path | None = None
+    ray_cpus_per_task: float = 1.0
+    ray_max_retries: int = 2
 
     def __post_init__(self) -> None:
         if not self.models:
             raise InputError("no --model given")
         if not self.datasets:
             raise InputError("no --dataset given")
+        if self.shard is not None and self.shard_dir is None:
+            raise InputError("--shard needs --shard-dir (the folder its Parquet unit folders go to)")
+        if self.shard is None and self.db is None:
+            raise InputError("--db is required (or --shard i/N with --shard-dir)")
+        if self.executor not in ("local", "ray"):
+            raise InputError(f"unknown executor {self.executor!r} (known: local, ray)")
+        if self.ray_cpus_per_task <= 0 or self.ray_max_retries < 0:
+            raise InputError("ray_cpus_per_task must be positive and ray_max_retries not negative")
         if self.variants_per_family < 1:
             raise InputError(f"variants_per_family must be positive, not {self.variants_per_family}")
         if self.limit is not None and self.limit < 1:
@@ -82,9 +98,9 @@ class RunConfig:
                 merged[key] = [merged[key]]
             if merged.get(key) is not None:
                 merged[key] = tuple(str(x) for x in merged[key])
-        if "db" not in merged:
+        if "db" not in merged and "shard_dir" not in merged:
             raise InputError(f"{file}: no 'db' (results file) given")
-        merged["db"] = Path(merged["db"])
-        if merged.get("cache_dir") is not None:
-            merged["cache_dir"] = Path(merged["cache_dir"])
+        for key in ("db", "cache_dir", "shard_dir"):
+            if merged.get(key) is not None:
+                merged[key] = Path(merged[key])
         return cls(**merged)

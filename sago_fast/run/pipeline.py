@@ -1,22 +1,26 @@
-"""Drive units (model × dataset) and write each unit's rows in one transaction."""
+"""Drive a run: plan units, skip the finished ones, evaluate the rest (locally or on Ray), write each
+unit's rows and done mark in one transaction (or one Parquet unit folder per unit when sharded)."""
 
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from sago_fast.datasets.resolve import Dataset, load_dataset
+from sago_fast.errors import SagoError
 from sago_fast.run.config import RunConfig
-from sago_fast.run.evaluate import UnitTables, evaluate_unit, variant_rows
-from sago_fast.runinfo import new_run_id, run_row
+from sago_fast.run.executors import EXECUTORS
+from sago_fast.run.sinks import ParquetShardSink, done_units, write_rows
+from sago_fast.run.units import parse_shard, plan_run
+from sago_fast.run.worker import UnitOutcome
+from sago_fast.runinfo import run_row
 from sago_fast.store import Store
-from sago_fast.types import Variant
-from sago_fast.variants import VariantConfig, generate_variants
 
 log = logging.getLogger(__name__)
+
+
+class UnitsFailedError(SagoError):
+    """Some units failed; the others were written and stay."""
 
 
 @dataclass(frozen=True)
@@ -33,142 +37,112 @@ class UnitResult:
 @dataclass(frozen=True)
 class RunResult:
     run_id: str
-    db_path: str
+    db_path: str | None
     provider: str
-    units: tuple[UnitResult, ...]
-
-
-def _dataset_rows(store: Store, data: Dataset, variants: Sequence[Variant]) -> None:
-    examples = data.examples
-    store.insert(
-        "datasets",
-        {
-            "dataset_id": [data.dataset_id],
-            "name": [data.name],
-            "source": [data.source],
-            "task_type": [",".join(data.task_types)],
-            "n_examples": [len(examples)],
-        },
-        key=("dataset_id",),
-    )
-    store.insert(
-        "examples",
-        {
-            "dataset_id": [data.dataset_id] * len(examples),
-            "example_id": [e.example_id for e in examples],
-            "task_type": [e.task_type for e in examples],
-            "question": [e.question for e in examples],
-            "options": [list(e.options) for e in examples],
-            "answer_index": [e.answer_index for e in examples],
-            "answers": [list(e.answers) for e in examples],
-        },
-        key=("dataset_id", "example_id"),
-    )
-    store.insert("variants", variant_rows(data.dataset_id, variants), key=("dataset_id", "variant_id"))
-
-
-def _model_row(store: Store, model: Any) -> None:
-    manifest = model.exported.manifest
-    store.insert(
-        "models",
-        {
-            "model_id": [model.model_id],
-            "checkpoint": [str(model.checkpoint.path)],
-            "model_type": [manifest["model_type"]],
-            "n_layers": [manifest["n_layers"]],
-            "d_model": [manifest["d_model"]],
-            "vocab_size": [manifest["vocab_size"]],
-            "export_key": [manifest["key"]],
-            "dtype": [manifest["dtype"]],
-        },
-        key=("model_id", "export_key"),
-    )
-
-
-def _with_keys(columns: dict[str, Any], run_id: str, model_id: str, dataset_id: str) -> dict[str, Any]:
-    n = len(next(iter(columns.values()))) if columns else 0
-    return {"run_id": [run_id] * n, "model_id": [model_id] * n, "dataset_id": [dataset_id] * n, **columns}
-
-
-def write_unit(
-    store: Store, run_id: str, model: Any, data: Dataset, variants: Sequence[Variant], tables: UnitTables
-) -> None:
-    """Every row of one unit, committed together (a crash leaves the unit absent, never half there)."""
-    with store.transaction():
-        _model_row(store, model)
-        _dataset_rows(store, data, variants)
-        for table in ("outputs", "item_scores", "layer_scores", "dataset_scores"):
-            columns = getattr(tables, table)
-            if columns:
-                store.insert(table, _with_keys(dict(columns), run_id, model.model_id, data.dataset_id))
+    units: tuple[UnitResult, ...]  # units evaluated by this invocation
+    skipped: int = 0  # units already done (by an earlier invocation of the same run)
+    failed: tuple[tuple[str, str], ...] = field(default_factory=tuple)  # (unit description, reason)
+    shard_dir: str | None = None
 
 
 def run(config: RunConfig, *, command: str = "run", progress: bool = True) -> RunResult:
-    """Evaluate every model on every dataset; returns per-unit summaries. Datasets are validated and
-    the database opened before any model is exported, so bad input fails fast."""
-    import sago_fast
+    """Evaluate every unit (checkpoint × dataset) of ``config`` that is not done yet.
 
-    datasets = [load_dataset(name, limit=config.limit, seed=config.seed) for name in config.datasets]
-    variant_config = VariantConfig(families=config.families, k=config.variants_per_family, seed=config.seed)
-    variant_config.family_names()  # unknown families fail here
-    variants = {d.dataset_id: generate_variants(d.examples, variant_config) for d in datasets}
-    run_id = new_run_id()
-    units: list[UnitResult] = []
-    provider = ""
+    Datasets, checkpoints and the database are validated before any model is exported, so bad input
+    fails fast. Re-running the same command continues the same run (its id is a hash of the settings and
+    the units' content keys) and skips finished units. A unit that fails does not stop the others; the
+    failures are raised together (:class:`UnitsFailedError`) after every other unit is written."""
     from tqdm import tqdm
 
-    with Store(config.db) as store:
+    plan = plan_run(config)
+    shard = parse_shard(config.shard)
+    units = [u for u in plan.units if shard is None or u.index % shard[1] == shard[0]]
+    row = run_row(plan.run_id, command, config.as_json(), config.device, "", "running")
+    store: Store | None = None
+    sink: ParquetShardSink | None = None
+    if shard is None:
+        store = Store(config.db)  # type: ignore[arg-type]
         with store.transaction():
-            store.insert("runs", run_row(run_id, command, config.as_json(), config.device, "", "running"))
-        status = "failed"
-        try:
-            bar = tqdm(
-                total=len(config.models) * len(datasets),
-                desc="sago run",
-                unit="unit",
-                disable=None if progress else True,
-            )
-            for checkpoint in config.models:
-                with sago_fast.load_model(
-                    checkpoint, device=config.device, cache_dir=config.cache_dir
-                ) as model:
-                    provider = model.provider
-                    for data in datasets:
-                        bar.set_postfix_str(f"{model.checkpoint.path.name} × {data.name}")
-                        start = time.perf_counter()
-                        tables = evaluate_unit(model, data, variants[data.dataset_id], config.generation)
-                        write_unit(store, run_id, model, data, variants[data.dataset_id], tables)
-                        units.append(
-                            UnitResult(
-                                model.model_id,
-                                str(model.checkpoint.path),
-                                data.dataset_id,
-                                len(data.examples),
-                                len(variants[data.dataset_id]),
-                                tables.accuracy,
-                                time.perf_counter() - start,
-                            )
-                        )
-                        log.info(
-                            "unit %s × %s done in %.1fs",
-                            model.checkpoint.path.name,
-                            data.dataset_id,
-                            units[-1].seconds,
-                        )
-                        bar.update(1)
-            bar.close()
-            status = "done"
-        finally:
+            store.insert("runs", row, key=("run_id",))
+            store.query("UPDATE runs SET status = 'running' WHERE run_id = $run", {"run": plan.run_id})
+        finished = done_units(store, plan.run_id)
+    else:
+        sink = ParquetShardSink(config.shard_dir, row, [u.unit_id for u in plan.units])  # type: ignore[arg-type]
+        finished = {u.unit_id for u in units if sink.done(plan.run_id, u.unit_id)}
+    todo = [u for u in units if u.unit_id not in finished]
+    skipped = len(units) - len(todo)
+    if skipped:
+        log.info("run %s: %d of %d units already done, skipped", plan.run_id, skipped, len(units))
+    results: list[UnitResult] = []
+    failed: list[tuple[str, str]] = []
+    provider = ""
+    bar = tqdm(
+        total=len(units), initial=skipped, desc="sago run", unit="unit", disable=None if progress else True
+    )
+    try:
+        for outcome in EXECUTORS.get(config.executor)(plan, todo, config):
+            where = f"{outcome.checkpoint} × {plan.datasets[outcome.dataset_id].name}"
+            if outcome.rows is None:
+                failed.append((where, outcome.error or "unknown error"))
+                log.error("unit %s failed: %s", where, outcome.error)
+            else:
+                _write(store, sink, plan.run_id, outcome)
+                provider = outcome.provider or provider
+                results.append(_result(outcome))
+                log.info("unit %s done in %.1fs", where, outcome.seconds)
+            bar.set_postfix_str(where[-60:])
+            bar.update(1)
+        bar.close()
+    finally:
+        if store is not None:
+            status = "done" if not failed and len(results) == len(todo) else "failed"
             store.query(
-                "UPDATE runs SET status = $status, provider = $provider WHERE run_id = $run",
-                {"status": status, "provider": provider, "run": run_id},
+                "UPDATE runs SET status = $status, provider = coalesce(nullif($provider, ''), provider) WHERE run_id = $run",
+                {"status": status, "provider": provider, "run": plan.run_id},
             )
-    if config.stats:
+            store.close()
+    if store is not None and config.stats and not failed:
         from sago_fast.stats import run_stats
 
-        log.info("computing statistics of run %s", run_id)
-        run_stats(config.db, run_id)
-    return RunResult(run_id, str(config.db), provider, tuple(units))
+        log.info("computing statistics of run %s", plan.run_id)
+        run_stats(config.db, plan.run_id)  # type: ignore[arg-type]
+    result = RunResult(
+        plan.run_id,
+        None if config.db is None else str(config.db),
+        provider,
+        tuple(results),
+        skipped,
+        tuple(failed),
+        None if config.shard_dir is None else str(config.shard_dir),
+    )
+    if failed:
+        reasons = "; ".join(f"{where}: {reason}" for where, reason in failed[:3])
+        more = f" (and {len(failed) - 3} more)" if len(failed) > 3 else ""
+        raise UnitsFailedError(
+            f"{len(failed)} of {len(units)} units failed (the {len(results) + skipped} others are kept): {reasons}{more}"
+        )
+    return result
+
+
+def _write(store: Store | None, sink: ParquetShardSink | None, run_id: str, outcome: UnitOutcome) -> None:
+    assert outcome.rows is not None
+    if store is not None:
+        write_rows(store, run_id, outcome.unit_id, outcome.rows)
+    elif sink is not None:
+        sink.write(run_id, outcome.unit_id, outcome.rows)
+
+
+def _result(outcome: UnitOutcome) -> UnitResult:
+    model_id = outcome.rows["units"]["model_id"][0]  # type: ignore[index]
+    return UnitResult(
+        model_id,
+        outcome.checkpoint,
+        outcome.dataset_id,
+        outcome.n_examples,
+        outcome.n_variants,
+        outcome.accuracy,
+        outcome.seconds,
+    )
 
 
 def summary_rows(store: Store, run_id: str) -> tuple[list[str], list[tuple[Any, ...]]]:

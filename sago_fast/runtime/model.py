@@ -182,7 +182,7 @@ class SagoModel:
 
 
 def load_model(
-    checkpoint: str | os.PathLike[str],
+    checkpoint: str | os.PathLike[str] | Checkpoint,
     device: str = "cpu",
     *,
     dtype: str | None = None,
@@ -200,7 +200,11 @@ def load_model(
 
     resolved = resolve_device(device)
     settings = ExportSettings(dtype=dtype or ("fp16" if resolved == "cuda" else "fp32"))
-    ckpt = resolve_checkpoint(checkpoint, allow_pickle=allow_pickle)
+    ckpt = (
+        checkpoint
+        if isinstance(checkpoint, Checkpoint)
+        else resolve_checkpoint(checkpoint, allow_pickle=allow_pickle)
+    )
     exported = ExportCache(cache_dir).get_or_export(ckpt, settings)
     session, provider = open_session(exported.probe_path, resolved, session_options or SessionOptions())
     tokenizer = AutoTokenizer.from_pretrained(exported.path)

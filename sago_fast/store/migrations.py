@@ -224,4 +224,25 @@ MIGRATIONS: tuple[Migration, ...] = (
         );
         """,
     ),
+    Migration(
+        4,
+        "work units: one row per finished (model, dataset, shard) unit of a run, written with its results",
+        """
+        CREATE TABLE units (
+            run_id VARCHAR NOT NULL,
+            unit_id VARCHAR NOT NULL,
+            model_id VARCHAR NOT NULL,
+            dataset_id VARCHAR NOT NULL,
+            shard INTEGER,
+            checkpoint VARCHAR,
+            status VARCHAR,
+            n_examples INTEGER,
+            n_variants INTEGER,
+            accuracy DOUBLE,
+            seconds DOUBLE,
+            provider VARCHAR,
+            finished_at TIMESTAMP
+        );
+        """,
+    ),
 )

@@ -121,7 +121,7 @@ def test_demo_then_query(tmp_path):
     _assert_one_line_error(
         sago("query", "--db", str(tmp_path / "nope.duckdb"), "SELECT 1"), "no such database"
     )
-    # running again appends a run but never duplicates models, examples or variants
+    # running again continues the same run: every unit is done, nothing is added
     run_demo(config, progress=False)
     counts = sago(
         "query",
@@ -131,7 +131,7 @@ def test_demo_then_query(tmp_path):
         "json",
         "SELECT (SELECT count(*) FROM models) m, (SELECT count(*) FROM variants) v, (SELECT count(*) FROM runs) r",
     )
-    assert json.loads(counts.stdout) == [{"m": 2, "v": n_variants, "r": 2}]
+    assert json.loads(counts.stdout) == [{"m": 2, "v": n_variants, "r": 1}]
 
 
 def test_variants_commands(tmp_path):

@@ -13,7 +13,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from sago_fast.errors import ExportError, InputError, StoreError
+from sago_fast.errors import InputError, StoreError
 from sago_fast.run import RunConfig, run
 from sago_fast.runtime.scoring import encode_pair
 from sago_fast.store import Store
@@ -132,24 +132,6 @@ def test_sql_cookbook_queries_run(run_db):
         for sql in queries:
             columns, rows = store.query(sql)
             assert columns and rows, sql
-
-
-def test_failed_model_keeps_finished_units(tmp_path, checkpoints, cache_dir, unexportable_checkpoint):
-    bad = unexportable_checkpoint
-    db = tmp_path / "r.duckdb"
-    run_config = RunConfig(
-        models=(str(checkpoints["llama"]), str(bad)),
-        datasets=("comparison",),
-        db=db,
-        limit=3,
-        variants_per_family=1,
-        cache_dir=cache_dir,
-    )
-    with pytest.raises(ExportError):
-        run(run_config, progress=False)
-    with Store(db, read_only=True) as store:
-        assert store.query("SELECT status FROM runs")[1] == [("failed",)]
-        assert store.query("SELECT count(DISTINCT model_id) FROM outputs")[1] == [(1,)]
 
 
 def test_bad_inputs(tmp_path, checkpoints, cache_dir):

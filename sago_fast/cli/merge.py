@@ -1,0 +1,39 @@
+"""Merge Parquet unit folders written by `sago run --shard i/N` into a results file (idempotent)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+
+def merge_command(
+    shards: Annotated[
+        list[Path], typer.Argument(help="Shard folders (the --shard-dir of each job), searched recursively.")
+    ],
+    db: Annotated[Path, typer.Option("--db", help="DuckDB results file to merge into (created if absent).")],
+    no_stats: Annotated[
+        bool, typer.Option("--no-stats", help="Skip the statistics of completed runs.")
+    ] = False,
+) -> None:
+    from sago_fast.errors import InputError
+    from sago_fast.run.merge import merge_shards
+
+    result = merge_shards(shards, db)
+    typer.echo(
+        f"merged {len(result.merged)} units, {len(result.already)} already in {db}, {len(result.damaged)} damaged"
+    )
+    for folder, reason in result.damaged:
+        typer.echo(f"  skipped {folder}: {reason}", err=True)
+    for run_id, status in result.runs.items():
+        typer.echo(f"run {run_id}: {status}")
+        if status == "done" and not no_stats and result.merged:
+            from sago_fast.stats import run_stats
+
+            run_stats(db, run_id)
+    if result.damaged:
+        raise InputError(
+            f"{len(result.damaged)} shard folder(s) damaged or incomplete and skipped (first: {result.damaged[0][0]}: "
+            f"{result.damaged[0][1]}); the others are merged"
+        )

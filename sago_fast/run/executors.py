@@ -1,0 +1,72 @@
+"""Executors turn checkpoint groups of units into outcomes: in this process, or as Ray tasks.
+
+Ray (optional extra ``sago_fast[ray]``): one task per checkpoint (the model is exported and loaded once
+and its session reused for all its datasets), one GPU per task on CUDA (so one ORT session per GPU) or
+``cpus_per_task`` CPUs (the ORT session gets as many threads), ``max_retries`` on worker failure. Tasks
+return rows; only the driver writes the results file.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from sago_fast.errors import InputError
+from sago_fast.registry import Registry
+from sago_fast.run.config import RunConfig
+from sago_fast.run.units import Plan, Unit
+from sago_fast.run.worker import UnitOutcome, evaluate_checkpoint
+
+log = logging.getLogger(__name__)
+
+EXECUTORS: Registry[Any] = Registry("executor")
+
+
+def _subset(plan: Plan, units: Sequence[Unit]) -> tuple[dict, dict]:
+    ids = {u.dataset_id for u in units}
+    return {k: v for k, v in plan.datasets.items() if k in ids}, {
+        k: v for k, v in plan.variants.items() if k in ids
+    }
+
+
+@EXECUTORS.register("local")
+def local_outcomes(plan: Plan, units: Sequence[Unit], config: RunConfig) -> Iterator[UnitOutcome]:
+    for checkpoint, group in plan.by_checkpoint(units):
+        yield from evaluate_checkpoint(checkpoint, group, plan.datasets, plan.variants, config, plan.run_id)
+
+
+def _ray_task(checkpoint, units, datasets, variants, config, run_id, threads) -> list[UnitOutcome]:
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    return list(
+        evaluate_checkpoint(checkpoint, units, datasets, variants, config, run_id, session_threads=threads)
+    )
+
+
+@EXECUTORS.register("ray")
+def ray_outcomes(plan: Plan, units: Sequence[Unit], config: RunConfig) -> Iterator[UnitOutcome]:
+    try:
+        import ray
+    except ImportError:
+        raise InputError("--executor ray needs the Ray extra: pip install 'sago_fast[ray]'") from None
+    started_here = not ray.is_initialized()
+    if started_here:
+        # RAY_ADDRESS joins an existing cluster; otherwise a local one is started for this run
+        ray.init(address=os.environ.get("RAY_ADDRESS"), include_dashboard=False, log_to_driver=False)
+    try:
+        gpus = 1 if config.device == "cuda" else 0
+        cpus = config.ray_cpus_per_task
+        task = ray.remote(num_cpus=cpus, num_gpus=gpus, max_retries=config.ray_max_retries)(_ray_task)
+        pending = []
+        for checkpoint, group in plan.by_checkpoint(units):
+            datasets, variants = _subset(plan, group)
+            pending.append(
+                task.remote(checkpoint, group, datasets, variants, config, plan.run_id, max(1, int(cpus)))
+            )
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            yield from ray.get(done[0])
+    finally:
+        if started_here:
+            ray.shutdown()

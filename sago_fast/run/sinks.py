@@ -1,0 +1,97 @@
+"""Where a finished unit's rows go: the DuckDB results file (one transaction per unit, done mark included)
+or a Parquet shard folder (one folder per unit, written under a temporary name and renamed)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from sago_fast.run.worker import KEYS, Rows
+from sago_fast.store import Store
+
+log = logging.getLogger(__name__)
+
+MANIFEST = "manifest.json"
+SHARD_FORMAT = 1
+
+
+def unit_done(store: Store, run_id: str, unit_id: str) -> bool:
+    _, rows = store.query(
+        "SELECT count(*) FROM units WHERE run_id = $run AND unit_id = $unit AND status = 'done'",
+        {"run": run_id, "unit": unit_id},
+    )
+    return bool(rows[0][0])
+
+
+def done_units(store: Store, run_id: str) -> set[str]:
+    _, rows = store.query(
+        "SELECT unit_id FROM units WHERE run_id = $run AND status = 'done'", {"run": run_id}
+    )
+    return {r[0] for r in rows}
+
+
+def write_rows(store: Store, run_id: str, unit_id: str, rows: Rows | dict[str, Any]) -> bool:
+    """Insert one unit's rows and its done mark in one transaction; False (nothing written) when the
+    unit is already done, so writing the same unit twice never duplicates rows."""
+    with store.transaction():
+        if unit_done(store, run_id, unit_id):
+            return False
+        for table, columns in rows.items():
+            store.insert(table, columns, key=KEYS.get(table, ()))
+    return True
+
+
+class ParquetShardSink:
+    """Unit folders ``<root>/<run_id>/<unit_id>/`` holding ``<table>.parquet`` and ``manifest.json``
+    (row counts per table, the run row, the planned units), renamed into place when complete."""
+
+    def __init__(
+        self, root: str | os.PathLike[str], run_row: dict[str, list[Any]], planned_units: list[str]
+    ) -> None:
+        self.root = Path(root)
+        self.run_row = run_row
+        self.planned_units = planned_units
+
+    def unit_dir(self, run_id: str, unit_id: str) -> Path:
+        return self.root / run_id / unit_id
+
+    def done(self, run_id: str, unit_id: str) -> bool:
+        return (self.unit_dir(run_id, unit_id) / MANIFEST).is_file()
+
+    def write(self, run_id: str, unit_id: str, rows: Rows) -> bool:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        from sago_fast.store.store import _arrow_column
+
+        final = self.unit_dir(run_id, unit_id)
+        if (final / MANIFEST).is_file():
+            return False
+        final.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{unit_id}.", suffix=".tmp", dir=final.parent))
+        try:
+            counts = {}
+            for table, columns in {"runs": self.run_row, **rows}.items():
+                arrow = pa.table({name: _arrow_column(values) for name, values in columns.items()})
+                pq.write_table(arrow, tmp / f"{table}.parquet")
+                counts[table] = arrow.num_rows
+            manifest = {
+                "format": SHARD_FORMAT,
+                "run_id": run_id,
+                "unit_id": unit_id,
+                "rows": counts,
+                "planned_units": self.planned_units,
+            }
+            (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1), encoding="utf-8")
+            if final.exists():  # an incomplete folder from a killed writer: never read, replaced
+                shutil.rmtree(final)
+            os.replace(tmp, final)
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp)
+        return True

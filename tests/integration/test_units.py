@@ -1,0 +1,224 @@
+"""Work units: resume after SIGKILL, Parquet shards + merge, the Ray executor, checkpoint lists, skipping."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from sago_fast.errors import InputError
+from sago_fast.run import RunConfig, run
+from sago_fast.run.merge import merge_shards
+from sago_fast.run.units import expand_models, plan_run
+
+TABLES = (
+    "runs",
+    "models",
+    "datasets",
+    "examples",
+    "variants",
+    "outputs",
+    "item_scores",
+    "layer_scores",
+    "dataset_scores",
+    "units",
+    "model_scores",
+    "model_comparisons",
+    "rankings",
+    "ranking_agreement",
+    "rank_reversals",
+    "axis_correlations",
+)
+VOLATILE = {"runs": "EXCLUDE (created_at, command, config_json)", "units": "EXCLUDE (seconds, finished_at)"}
+
+
+def assert_same_tables(db_a: Path, db_b: Path) -> None:
+    """Same rows in every table (multiset; NaN equals NaN in SQL set operations), timings aside."""
+    con = duckdb.connect(str(db_a), read_only=True)
+    con.execute(f"ATTACH '{db_b}' AS other (READ_ONLY)")
+    for table in TABLES:
+        columns = VOLATILE.get(table, "")
+        a = f"SELECT * {columns} FROM main.{table}"
+        b = f"SELECT * {columns} FROM other.{table}"
+        n_a = con.execute(f"SELECT count(*) FROM ({a})").fetchone()[0]
+        n_b = con.execute(f"SELECT count(*) FROM ({b})").fetchone()[0]
+        only_a = con.execute(f"SELECT count(*) FROM ({a} EXCEPT ALL {b})").fetchone()[0]
+        only_b = con.execute(f"SELECT count(*) FROM ({b} EXCEPT ALL {a})").fetchone()[0]
+        assert (n_a, only_a, only_b) == (n_b, 0, 0), table
+    con.close()
+
+
+@pytest.fixture(scope="module")
+def job(checkpoints, cache_dir):
+    """Two checkpoints × two datasets, 4 examples: the CLI arguments and the config."""
+    models = (str(checkpoints["llama"]), str(checkpoints["gpt2"]))
+    args = ["-m", models[0], "-m", models[1], "-d", "comparison", "-d", "capitals", "--limit", "4", "-k", "1"]
+    args += ["--cache-dir", str(cache_dir)]
+    config = dict(
+        models=models,
+        datasets=("comparison", "capitals"),
+        limit=4,
+        variants_per_family=1,
+        cache_dir=cache_dir,
+    )
+    return args, config
+
+
+@pytest.fixture(scope="module")
+def reference(job, tmp_path_factory):
+    """The uninterrupted run."""
+    _, config = job
+    db = tmp_path_factory.mktemp("reference") / "ref.duckdb"
+    result = run(RunConfig(db=db, **config), progress=False)
+    assert len(result.units) == 4
+    return db, result
+
+
+def sago_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "sago_fast.cli.app", *args]
+
+
+def test_sigkill_then_rerun_equals_an_uninterrupted_run(job, reference, tmp_path):
+    args, _ = job
+    db = tmp_path / "killed.duckdb"
+    proc = subprocess.Popen(
+        sago_cmd("-v", "run", *args, "--db", str(db)),
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+        env={**os.environ, "TQDM_DISABLE": "1"},
+    )
+    for line in proc.stderr:  # type: ignore[union-attr]
+        if " done in " in line:  # the first unit is committed: kill mid-run
+            proc.send_signal(signal.SIGKILL)
+            break
+    proc.wait(timeout=120)
+    assert proc.returncode == -signal.SIGKILL
+    con = duckdb.connect(str(db), read_only=True)
+    done = con.execute("SELECT count(*) FROM units").fetchone()[0]
+    con.close()
+    assert 1 <= done < 4  # killed in the middle
+    again = subprocess.run(
+        sago_cmd("run", *args, "--db", str(db)), capture_output=True, text=True, timeout=600
+    )
+    assert again.returncode == 0, again.stderr
+    assert "already done (skipped)" in again.stdout and f"{4 - done} units run" in again.stdout
+    assert_same_tables(db, reference[0])
+
+
+def test_rerun_skips_done_units_without_loading_models(job, reference, tmp_path, monkeypatch):
+    _, config = job
+    db = tmp_path / "copy.duckdb"
+    shutil.copy(reference[0], db)
+    import sago_fast
+
+    monkeypatch.setattr(sago_fast, "load_model", lambda *a, **k: pytest.fail("a done unit loaded its model"))
+    result = run(RunConfig(db=db, **config), progress=False)
+    assert result.skipped == 4 and result.units == () and result.run_id == reference[1].run_id
+    assert_same_tables(db, reference[0])
+    # a changed setting makes new units in a new run
+    changed = plan_run(RunConfig(db=db, **{**config, "seed": 1}))
+    assert changed.run_id != result.run_id
+    assert not {u.unit_id for u in changed.units} & {
+        u.unit_id for u in plan_run(RunConfig(db=db, **config)).units
+    }
+
+
+def test_two_shards_merged_equal_the_unsharded_run(job, reference, tmp_path):
+    _, config = job
+    shards = tmp_path / "shards"
+    for i in range(2):
+        result = run(RunConfig(shard=f"{i}/2", shard_dir=shards, **config), progress=False)
+        assert len(result.units) == 2 and result.db_path is None
+    merged = tmp_path / "merged.duckdb"
+    first = subprocess.run(
+        sago_cmd("merge", str(shards), "--db", str(merged)), capture_output=True, text=True
+    )
+    assert first.returncode == 0, first.stderr
+    assert "merged 4 units" in first.stdout
+    assert_same_tables(merged, reference[0])
+    # merging again changes nothing
+    again = merge_shards([shards], merged)
+    assert again.merged == [] and len(again.already) == 4
+    assert_same_tables(merged, reference[0])
+
+
+def test_a_truncated_shard_is_reported_and_skipped(job, tmp_path):
+    _, config = job
+    shards = tmp_path / "shards"
+    run(RunConfig(shard="0/2", shard_dir=shards, **config), progress=False)
+    unit_dirs = sorted(p.parent for p in shards.rglob("manifest.json"))
+    assert len(unit_dirs) == 2
+    broken = unit_dirs[0] / "outputs.parquet"
+    broken.write_bytes(broken.read_bytes()[: broken.stat().st_size // 2])
+    db = tmp_path / "m.duckdb"
+    proc = subprocess.run(sago_cmd("merge", str(shards), "--db", str(db)), capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert (
+        "damaged or incomplete and skipped" in proc.stderr and "outputs.parquet is unreadable" in proc.stderr
+    )
+    con = duckdb.connect(str(db), read_only=True)
+    assert con.execute("SELECT count(*) FROM units").fetchone()[0] == 1  # the intact unit only
+    assert con.execute("SELECT count(DISTINCT dataset_id) FROM outputs").fetchone()[0] == 1
+    con.close()
+
+
+def test_ray_executor_gives_the_same_tables(job, reference, tmp_path):
+    ray = pytest.importorskip("ray")
+    _, config = job
+    db = tmp_path / "ray.duckdb"
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        result = run(RunConfig(db=db, executor="ray", **config), progress=False)
+    finally:
+        ray.shutdown()
+    assert len(result.units) == 4
+    assert_same_tables(db, reference[0])
+
+
+def test_checkpoint_lists(tmp_path, checkpoints):
+    root = tmp_path / "ckpts"
+    for step in (150, 1200, 500):
+        shutil.copytree(checkpoints["llama"], root / f"step-{step}")
+    (root / "notes.txt").write_text("# two of them\nstep-1200\nstep-150\n")
+    (root / "suite.yaml").write_text("models: [step-500, step-150]\n")
+    assert [Path(p).name for p in expand_models([str(root / "step-*")])] == [
+        "step-150",
+        "step-500",
+        "step-1200",
+    ]
+    assert [Path(p).name for p in expand_models([f"@{root / 'notes.txt'}"])] == ["step-1200", "step-150"]
+    assert [Path(p).name for p in expand_models([str(root / "suite.yaml")])] == ["step-500", "step-150"]
+    with pytest.raises(InputError, match="matches no checkpoint"):
+        expand_models([str(root / "nothing-*")])
+    # three copies of one checkpoint are one unit per dataset (evaluated and exported once)
+    plan = plan_run(
+        RunConfig(models=(str(root / "step-*"),), datasets=("comparison",), db=tmp_path / "x.duckdb", limit=2)
+    )
+    assert len(plan.units) == 1
+
+
+def test_failed_units_do_not_stop_the_others(tmp_path, checkpoints, cache_dir, unexportable_checkpoint):
+    from sago_fast.run.pipeline import UnitsFailedError
+
+    db = tmp_path / "r.duckdb"
+    config = RunConfig(
+        models=(str(unexportable_checkpoint), str(checkpoints["llama"])),
+        datasets=("comparison",),
+        db=db,
+        limit=3,
+        variants_per_family=1,
+        cache_dir=cache_dir,
+    )
+    with pytest.raises(UnitsFailedError, match=r"1 of 2 units failed .*ExportError"):
+        run(config, progress=False)
+    con = duckdb.connect(str(db), read_only=True)
+    assert con.execute("SELECT status FROM runs").fetchall() == [("failed",)]
+    assert con.execute("SELECT count(*) FROM units WHERE status = 'done'").fetchone()[0] == 1
+    con.close()
