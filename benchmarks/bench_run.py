@@ -203,6 +203,7 @@ def main() -> None:
                     limit=args.limit,
                     variants_per_family=args.k,
                     cache_dir=cache,
+                    stats=False,  # the reference computes no statistics either
                 ),
                 progress=False,
             )

@@ -58,13 +58,15 @@ def assert_same_tables(db_a: Path, db_b: Path) -> None:
 def job(checkpoints, cache_dir):
     """Two checkpoints × two datasets, 4 examples: the CLI arguments and the config."""
     models = (str(checkpoints["llama"]), str(checkpoints["gpt2"]))
+    families = ("typo", "option_permutation", "pair_swap", "wrong_hint")
     args = ["-m", models[0], "-m", models[1], "-d", "comparison", "-d", "capitals", "--limit", "4", "-k", "1"]
-    args += ["--cache-dir", str(cache_dir)]
+    args += ["--cache-dir", str(cache_dir), *(x for f in families for x in ("-F", f))]
     config = dict(
         models=models,
         datasets=("comparison", "capitals"),
         limit=4,
         variants_per_family=1,
+        families=families,
         cache_dir=cache_dir,
     )
     return args, config
