@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from sago_fast.cli import demo, export, merge, probe, query, report, run, stats, zoo
+from sago_fast.cli import bench, demo, export, merge, probe, query, report, run, stats, zoo
 from sago_fast.cli.variants import variants_app
 
 app = typer.Typer(
@@ -25,6 +25,7 @@ app.command("run", help=run.__doc__)(run.run_command)
 app.command("demo", help=demo.__doc__)(demo.demo_command)
 app.command("stats", help=stats.__doc__)(stats.stats_command)
 app.command("merge", help=merge.__doc__)(merge.merge_command)
+app.command("bench", help=bench.__doc__)(bench.bench_command)
 app.command("report", help=report.__doc__)(report.report_command)
 app.add_typer(variants_app, name="variants")
 app.command("zoo", help=zoo.__doc__)(zoo.zoo_command)

@@ -1,0 +1,268 @@
+"""``sago bench``: probe and generation throughput of sago's ORT path against HF transformers eager doing
+the same job, interleaved repeat by repeat in one process, medians and ratios, written as JSON.
+
+probe       per (batch size, sequence length): pooled hidden states of every layer + next-token log-probs
+            for ``batch`` prompts of exactly ``seq_len`` tokens (random ids); tokens/s and variants/s
+generation  greedy decoding of ``gen_tokens`` new tokens for ``batch`` prompts of ``seq_len`` tokens
+            (eos ignored, so both engines generate every token); new tokens/s
+Both engines run the same token ids; outputs are checked to agree before anything is timed. HF runs in
+``inference_mode`` with TF32 off on CUDA (the reference), fp16 on CUDA and fp32 on CPU like sago's export.
+``torch.compile`` joins on CUDA when available (``--compile``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import platform
+import resource
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sago_fast.runinfo import package_versions
+
+log = logging.getLogger(__name__)
+SCHEMA = "sago-bench/1"
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    batch_sizes: tuple[int, ...] = (1, 8)
+    seq_lens: tuple[int, ...] = (64,)
+    gen_tokens: int = 16
+    gen_batch_sizes: tuple[int, ...] = (8,)
+    repeats: int = 3
+    device: str = "cpu"
+    seed: int = 0
+    compile: bool = False
+
+
+@dataclass
+class Measurement:
+    job: str  # "probe" | "generation"
+    batch_size: int
+    seq_len: int
+    tokens: int  # tokens processed per repeat (prompt tokens for probe, new tokens for generation)
+    variants: int  # prompts per repeat
+    seconds: dict[str, list[float]] = field(default_factory=dict)  # engine -> per-repeat wall times
+    greedy_agreement: float | None = None  # generation: share of rows token-identical to HF
+
+    def summary(self) -> dict[str, Any]:
+        medians = {e: statistics.median(s) for e, s in self.seconds.items()}
+        engines = {
+            e: {
+                "median_s": m,
+                "tokens_per_s": self.tokens / m,
+                "variants_per_s": self.variants / m,
+                "repeats_s": self.seconds[e],
+            }
+            for e, m in medians.items()
+        }
+        ratios = {f"sago_vs_{e}": medians[e] / medians["sago"] for e in medians if e != "sago"}
+        return {
+            **{k: v for k, v in asdict(self).items() if k != "seconds"},
+            "engines": engines,
+            "ratios": ratios,
+        }
+
+
+def hardware(device: str) -> dict[str, Any]:
+    info: dict[str, Any] = {
+        "machine": platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "processor": platform.processor(),
+    }
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            names = [ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")]
+        info["cpu_model"] = names[0] if names else None
+    except OSError:
+        info["cpu_model"] = None
+    if device == "cuda":
+        import torch
+
+        if torch.cuda.is_available():
+            props = torch.cuda.get_device_properties(0)
+            info["gpu"] = props.name
+            info["gpu_memory_gib"] = round(props.total_memory / 2**30, 1)
+    return info
+
+
+def _timed(fn: Callable[[], Any], device: str) -> float:
+    if device == "cuda":
+        import torch
+
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    fn()
+    if device == "cuda":
+        import torch
+
+        torch.cuda.synchronize()
+    return time.perf_counter() - start
+
+
+def _peak_rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def run_bench(
+    checkpoint: str | os.PathLike[str], config: BenchConfig = BenchConfig(), cache_dir: Any = None
+) -> dict[str, Any]:
+    """Measure and return the JSON-ready result (schema ``sago-bench/1``)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    import sago_fast
+    from sago_fast.exporters.pooled import pooled_forward
+    from sago_fast.runtime.batching import BatchPolicy
+    from sago_fast.runtime.generate import GenerationSettings
+
+    sago = sago_fast.load_model(checkpoint, device=config.device, cache_dir=cache_dir)
+    cuda = sago.device == "cuda"
+    if cuda:  # the reference runs without TF32
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+    dtype = torch.float16 if sago.exported.manifest["dtype"] == "fp16" else torch.float32
+    hf = (
+        AutoModelForCausalLM.from_pretrained(sago.checkpoint.path, dtype=dtype)
+        .eval()
+        .to("cuda" if cuda else "cpu")
+    )
+    engines: dict[str, Any] = {"hf_eager": hf}
+    if config.compile and cuda and hasattr(torch, "compile"):
+        engines["hf_compile"] = torch.compile(hf)
+    vocab = int(sago.exported.manifest["vocab_size"])
+    rng = np.random.default_rng(config.seed)
+    low = 3  # skip the special ids
+    results: list[Measurement] = []
+    torch_device = "cuda" if cuda else "cpu"
+    limit = sago.max_positions or 10**9
+
+    for seq_len in config.seq_lens:
+        if seq_len + config.gen_tokens > limit:
+            raise ValueError(
+                f"seq_len {seq_len} + {config.gen_tokens} new tokens exceeds the model's {limit} positions"
+            )
+        for batch in config.batch_sizes:
+            ids = rng.integers(low, vocab, size=(batch, seq_len)).tolist()
+            m = Measurement("probe", batch, seq_len, batch * seq_len, batch)
+            sago.batch_policy = BatchPolicy(token_budget=batch * seq_len, max_batch=batch)
+            tensor = torch.tensor(ids, device=torch_device)
+            mask = torch.ones_like(tensor)
+
+            def sago_probe(ids=ids):
+                return sago.probe_ids(ids)
+
+            def hf_probe(engine, tensor=tensor, mask=mask):
+                with torch.inference_mode():
+                    return pooled_forward(engine, tensor, mask)
+
+            ref = hf_probe(hf)["next_logprobs"].float().cpu().numpy()
+            got = sago_probe().next_logprobs
+            tol = 5e-2 if dtype == torch.float16 else 1e-3
+            if not np.allclose(got, ref, atol=tol):
+                raise RuntimeError(
+                    f"probe outputs disagree (max |diff| {np.abs(got - ref).max():.3g}); not timing"
+                )
+            for _ in range(config.repeats):
+                m.seconds.setdefault("sago", []).append(_timed(sago_probe, torch_device))
+                for name, engine in engines.items():
+                    m.seconds.setdefault(name, []).append(_timed(lambda e=engine: hf_probe(e), torch_device))
+            results.append(m)
+
+        for batch in config.gen_batch_sizes:
+            ids = rng.integers(low, vocab, size=(batch, seq_len)).tolist()
+            m = Measurement("generation", batch, seq_len, batch * config.gen_tokens, batch)
+            settings = GenerationSettings(max_new_tokens=config.gen_tokens, stop=(), stop_at_eos=False)
+            sago.batch_policy = BatchPolicy(
+                token_budget=batch * (seq_len + config.gen_tokens), max_batch=batch
+            )
+            tensor = torch.tensor(ids, device=torch_device)
+
+            def sago_generate(ids=ids, settings=settings):
+                return sago.generate_ids(ids, settings)
+
+            def hf_generate(engine, tensor=tensor):
+                with torch.inference_mode():
+                    return engine.generate(
+                        input_ids=tensor,
+                        attention_mask=torch.ones_like(tensor),
+                        do_sample=False,
+                        max_new_tokens=config.gen_tokens,
+                        min_new_tokens=config.gen_tokens,
+                        pad_token_id=sago.pad_id,
+                    )
+
+            ours = [list(g.token_ids) for g in sago_generate()]
+            theirs = hf_generate(hf)[:, seq_len:].cpu().tolist()
+            agree = float(np.mean([a == b for a, b in zip(ours, theirs, strict=True)]))
+            for _ in range(config.repeats):
+                m.seconds.setdefault("sago", []).append(_timed(sago_generate, torch_device))
+                m.seconds.setdefault("hf_eager", []).append(_timed(lambda: hf_generate(hf), torch_device))
+            m.greedy_agreement = agree  # fp32: 1.0 expected; fp16 may differ on near-ties
+            results.append(m)
+
+    n_params = sum(p.numel() for p in hf.parameters())
+    out = {
+        "schema": SCHEMA,
+        "checkpoint": str(sago.checkpoint.path),
+        "model": {
+            "model_type": sago.exported.manifest["model_type"],
+            "parameters": n_params,
+            "n_layers": sago.n_layers,
+            "d_model": sago.d_model,
+            "vocab_size": vocab,
+            "dtype": sago.exported.manifest["dtype"],
+        },
+        "device": sago.device,
+        "provider": sago.provider,
+        "hardware": hardware(sago.device),
+        "versions": package_versions(),
+        "config": asdict(config),
+        "peak_memory": {
+            "host_rss_mib": _peak_rss_mib(),
+            "cuda_torch_mib": (torch.cuda.max_memory_allocated() / 2**20) if cuda else None,
+        },
+        "results": [m.summary() for m in results],
+    }
+    sago.close()
+    return out
+
+
+def write_json(result: dict[str, Any], path: str | os.PathLike[str]) -> Path:
+    from sago_fast.atomic import atomic_path
+
+    target = Path(path)
+    with atomic_path(target) as tmp:
+        tmp.write_text(json.dumps(result, indent=2), encoding="utf-8")
+    return target
+
+
+def format_table(result: dict[str, Any]) -> list[str]:
+    lines = [
+        f"{result['model']['model_type']} {result['model']['parameters'] / 1e6:.1f}M params, {result['model']['dtype']}, "
+        f"{result['provider']} ({result['hardware'].get('gpu') or result['hardware'].get('cpu_model')})",
+        f"{'job':<10} {'batch':>5} {'seq':>5} {'sago tok/s':>12} {'hf tok/s':>12} {'sago/hf':>8}",
+    ]
+    for r in result["results"]:
+        sago_tps = r["engines"]["sago"]["tokens_per_s"]
+        hf_tps = r["engines"]["hf_eager"]["tokens_per_s"]
+        lines.append(
+            f"{r['job']:<10} {r['batch_size']:>5} {r['seq_len']:>5} {sago_tps:>12.0f} {hf_tps:>12.0f} "
+            f"{r['ratios']['sago_vs_hf_eager']:>7.2f}x"
+        )
+    return lines
+
+
+def parse_ints(values: Sequence[str] | None, default: tuple[int, ...]) -> tuple[int, ...]:
+    if not values:
+        return default
+    return tuple(int(v) for part in values for v in str(part).split(",") if v)
