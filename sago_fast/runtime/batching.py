@@ -1,11 +1,14 @@
-"""Length bucketing, token-budget batches and left padding."""
+"""Length bucketing, token-budget batches, left padding, and out-of-memory back-off."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -56,3 +59,83 @@ def left_pad(sequences: Sequence[Sequence[int]], pad_id: int) -> tuple[np.ndarra
             ids[row, width - len(seq) :] = seq
             mask[row, width - len(seq) :] = 1
     return ids, mask
+
+
+OOM_MARKERS = (
+    "out of memory",
+    "failed to allocate memory",
+    "cudnn_status_alloc_failed",
+    "cublas_status_alloc_failed",
+)
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """Whether an ONNX Runtime error is an allocation failure (CUDA / arena out of memory)."""
+    text = str(exc).lower()
+    return any(marker in text for marker in OOM_MARKERS)
+
+
+def run_with_backoff(
+    run_batch: Callable[[np.ndarray], None],
+    batch: np.ndarray,
+    on_oom: Callable[[int], None] | None = None,
+) -> None:
+    """``run_batch(batch)``; when it runs out of device memory, run each half instead (recursively), so a
+    batch too large for the free memory costs one failed attempt, not the run. ``on_oom(size)`` hears of
+    each failed size (to shrink later batches). One prompt that does not fit is a DeviceError."""
+    from sago_fast.errors import DeviceError
+
+    try:
+        run_batch(batch)
+    except Exception as exc:
+        if not is_out_of_memory(exc):
+            raise
+        if len(batch) == 1:
+            raise DeviceError(
+                f"out of device memory on a single prompt ({str(exc).splitlines()[0][:200]}); use a shorter "
+                "prompt, fp16, or a larger device"
+            ) from None
+        if on_oom is not None:
+            on_oom(len(batch))
+        log.warning(
+            "out of memory on a batch of %d: retrying as two batches of %d", len(batch), len(batch) // 2
+        )
+        half = len(batch) // 2
+        run_with_backoff(run_batch, batch[:half], on_oom)
+        run_with_backoff(run_batch, batch[half:], on_oom)
+
+
+def token_budget_for_memory(
+    free_bytes: int, n_layers: int, d_model: int, bytes_per_value: int, fraction: float = 0.5
+) -> int:
+    """A token budget that leaves room in ``free_bytes``: ``fraction`` of it divided by an estimate of
+    the activation bytes one prompt token needs at peak (~ 16 d_model for the transient attention/MLP
+    tensors + (n_layers + 1) d_model for the hidden states pooled at the end), clamped to [256, 262144]."""
+    per_token = bytes_per_value * d_model * (16 + 2 * (n_layers + 1))
+    return int(min(max(free_bytes * fraction // max(per_token, 1), 256), 262144))
+
+
+def free_cuda_memory() -> int | None:
+    """Free bytes on CUDA device 0 (torch if it has CUDA, else nvidia-smi), or None when unknown."""
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            return int(torch.cuda.mem_get_info()[0])
+    except Exception:  # a CPU-only torch, or no driver
+        pass
+    import shutil
+    import subprocess
+
+    if shutil.which("nvidia-smi") is None:
+        return None
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=memory.free", "--format=csv,noheader,nounits", "-i", "0"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout
+        return int(float(out.strip().splitlines()[0]) * 2**20)
+    except (OSError, ValueError, IndexError, subprocess.TimeoutExpired):
+        return None

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-from sago_fast.runtime.batching import BatchPolicy, left_pad, plan_batches
+from sago_fast.runtime.batching import BatchPolicy, left_pad, plan_batches, run_with_backoff
 
 STOP_REASONS = ("eos", "stop", "length")
 
@@ -93,12 +94,16 @@ def greedy_generate(
     eos_ids: Sequence[int],
     decode: Callable[[list[int]], str],
     policy: BatchPolicy = BatchPolicy(),
+    io_binding: str | None = None,
+    on_oom: Callable[[int], None] | None = None,
 ) -> list[Generation]:
     """Greedy continuations of already tokenised prompts, in input order.
 
     Prompts are length-bucketed under ``policy`` counting prompt + ``max_new_tokens`` per row; within a
     batch, rows are left-padded (position ids come from the mask inside the graph), so each row generates
-    what its prompt generates alone.
+    what its prompt generates alone. ``io_binding`` ("cuda" or "cpu") keeps the KV cache in ORT-owned
+    device memory between steps (only the chosen token ids are copied to the host); a batch that runs
+    out of device memory is generated as two halves (``on_oom`` hears of the failed size).
     """
     output_names = [o.name for o in session.get_outputs()]  # type: ignore[attr-defined]
     # outputs: next_tokens, next_logprob, present.* (fed back as past_key_values.* in the same order)
@@ -106,8 +111,10 @@ def greedy_generate(
     eos = set(eos_ids) if settings.stop_at_eos else set()
     lengths = np.array([len(ids) + settings.max_new_tokens for ids in token_ids], dtype=np.int64)
     results: list[Generation | None] = [None] * len(token_ids)
-    for batch in plan_batches(lengths, policy):
-        rows = _generate_batch(
+    generate_batch = _generate_batch if io_binding is None else _generate_batch_bound
+
+    def run_batch(batch: np.ndarray) -> None:
+        rows = generate_batch(
             session,
             [token_ids[i] for i in batch],
             settings,
@@ -115,9 +122,13 @@ def greedy_generate(
             eos,
             decode,
             past_names,
+            io_binding or "cpu",
         )
         for i, row in zip(batch, rows, strict=True):
             results[i] = Generation(tuple(row.tokens), tuple(row.logprobs), row.text, row.reason)
+
+    for batch in plan_batches(lengths, policy):
+        run_with_backoff(run_batch, batch, on_oom)
     return results  # type: ignore[return-value]
 
 
@@ -129,6 +140,7 @@ def _generate_batch(
     eos: set[int],
     decode: Callable[[list[int]], str],
     past_names: list[str],
+    _device: str = "cpu",
 ) -> list[_Row]:
     ids, mask = left_pad(prompts, pad_id)  # (B, T) each
     rows = [_Row([], []) for _ in prompts]
@@ -141,18 +153,7 @@ def _generate_batch(
     for _step in range(settings.max_new_tokens):
         outputs = session.run(None, feeds)  # type: ignore[attr-defined]
         next_tokens, next_logprob = outputs[0], outputs[1]  # (b,), (b,)
-        keep = np.ones(len(active), dtype=bool)
-        for b, index in enumerate(active):
-            row = rows[index]
-            token = int(next_tokens[b])
-            row.tokens.append(token)
-            row.logprobs.append(float(next_logprob[b]))
-            if token in eos:
-                row.reason, keep[b] = "eos", False
-            elif settings.stop:  # decoded every step only when there are stop strings to look for
-                row.text, stopped = cut_at_stop(decode(row.tokens), settings.stop)
-                if stopped:
-                    row.reason, keep[b] = "stop", False
+        keep = _record_step(rows, active, next_tokens, next_logprob, settings, eos, decode)
         if not keep.any():
             break
         mask = np.concatenate([feeds["attention_mask"], np.ones((len(active), 1), dtype=np.int64)], axis=1)
@@ -162,9 +163,89 @@ def _generate_batch(
             presents = [p[keep] for p in presents]
         feeds = {"input_ids": next_tokens.reshape(-1, 1).astype(np.int64), "attention_mask": mask}
         feeds.update(zip(past_names, presents, strict=True))
+    _finish(rows, settings, decode)
+    return rows
+
+
+def _record_step(
+    rows: list[_Row],
+    active: np.ndarray,
+    next_tokens: np.ndarray,
+    next_logprob: np.ndarray,
+    settings: GenerationSettings,
+    eos: set[int],
+    decode: Callable[[list[int]], str],
+) -> np.ndarray:
+    """Append each active row's token; returns which active rows go on generating."""
+    keep = np.ones(len(active), dtype=bool)
+    for b, index in enumerate(active):
+        row = rows[index]
+        if row.reason != "length":  # finished earlier (IOBinding keeps finished rows in the batch)
+            keep[b] = False
+            continue
+        token = int(next_tokens[b])
+        row.tokens.append(token)
+        row.logprobs.append(float(next_logprob[b]))
+        if token in eos:
+            row.reason, keep[b] = "eos", False
+        elif settings.stop:  # decoded every step only when there are stop strings to look for
+            row.text, stopped = cut_at_stop(decode(row.tokens), settings.stop)
+            if stopped:
+                row.reason, keep[b] = "stop", False
+    return keep
+
+
+def _finish(rows: list[_Row], settings: GenerationSettings, decode: Callable[[list[int]], str]) -> None:
     for row in rows:
         if row.reason == "eos":
             row.text = decode(row.tokens[:-1])
         elif row.reason == "length" and not settings.stop:
             row.text = decode(row.tokens)
+
+
+def _generate_batch_bound(
+    session: object,
+    prompts: list[Sequence[int]],
+    settings: GenerationSettings,
+    pad_id: int,
+    eos: set[int],
+    decode: Callable[[list[int]], str],
+    past_names: list[str],
+    device: str = "cuda",
+) -> list[_Row]:
+    """:func:`_generate_batch` with IOBinding: ``present.*`` outputs stay in ORT memory on ``device`` and
+    are bound as the next step's ``past_key_values.*``; only next_tokens / next_logprob (batch,) are
+    copied to the host. Finished rows stay in the batch (fed the pad token, their outputs ignored): the
+    cache is never copied out to drop them."""
+    import onnxruntime as ort
+
+    ids, mask = left_pad(prompts, pad_id)  # (B, T) each
+    batch = len(prompts)
+    rows = [_Row([], []) for _ in prompts]
+    active = np.arange(batch)
+    outputs = [o.name for o in session.get_outputs()]  # type: ignore[attr-defined]
+    past: list[Any] = [
+        ort.OrtValue.ortvalue_from_numpy(value, device, 0) for value in _empty_past(session, batch).values()
+    ]
+    for _step in range(settings.max_new_tokens):
+        binding = session.io_binding()  # type: ignore[attr-defined]
+        binding.bind_cpu_input("input_ids", np.ascontiguousarray(ids))
+        binding.bind_cpu_input("attention_mask", np.ascontiguousarray(mask))
+        for name, value in zip(past_names, past, strict=True):
+            binding.bind_ortvalue_input(name, value)
+        binding.bind_output(outputs[0], "cpu")
+        binding.bind_output(outputs[1], "cpu")
+        for name in outputs[2:]:
+            binding.bind_output(name, device, 0)
+        session.run_with_iobinding(binding)  # type: ignore[attr-defined]
+        values = binding.get_outputs()
+        next_tokens, next_logprob = values[0].numpy(), values[1].numpy()  # (B,), (B,) on the host
+        _record_step(rows, active, next_tokens, next_logprob, settings, eos, decode)
+        if all(row.reason != "length" for row in rows):
+            break
+        past = list(values[2:])
+        finished = np.array([row.reason != "length" for row in rows])
+        ids = np.where(finished, pad_id, next_tokens).reshape(-1, 1).astype(np.int64)
+        mask = np.concatenate([mask, np.ones((batch, 1), dtype=np.int64)], axis=1)
+    _finish(rows, settings, decode)
     return rows

@@ -13,7 +13,7 @@ import numpy as np
 from sago_fast.checkpoints.resolve import Checkpoint, resolve_checkpoint
 from sago_fast.errors import InputError
 from sago_fast.exporters.cache import ExportCache, ExportedModel
-from sago_fast.runtime.batching import BatchPolicy, left_pad, plan_batches
+from sago_fast.runtime.batching import BatchPolicy, left_pad, plan_batches, run_with_backoff
 from sago_fast.runtime.generate import Generation, GenerationSettings, greedy_generate
 from sago_fast.runtime.session import SessionOptions, open_session, resolve_device
 from sago_fast.types import ExportSettings, ProbeResult
@@ -98,13 +98,24 @@ class SagoModel:
         hidden_mean = np.empty((layers, n, d_model), dtype=np.float32)  # (n_layers + 1, n, d_model)
         next_logprobs = np.empty((n, vocab), dtype=np.float32)  # (n, vocab)
         lengths = np.array([len(ids) for ids in token_ids], dtype=np.int64)
-        for batch in plan_batches(lengths, self.batch_policy):
+
+        def run_batch(batch: np.ndarray) -> None:
             ids, mask = left_pad([token_ids[i] for i in batch], self.pad_id)
             last, mean, logp = self.session.run(None, {"input_ids": ids, "attention_mask": mask})
             hidden_last[:, batch] = last
             hidden_mean[:, batch] = mean
             next_logprobs[batch] = logp
+
+        for batch in plan_batches(lengths, self.batch_policy):
+            run_with_backoff(run_batch, batch, self._shrink_batches)
         return ProbeResult(hidden_last, hidden_mean, next_logprobs, lengths)
+
+    def _shrink_batches(self, failed_size: int) -> None:
+        """After an out-of-memory failure at ``failed_size`` prompts, later batches stay below it."""
+        policy = self.batch_policy
+        smaller = max(1, min(policy.max_batch, failed_size) // 2)
+        self.batch_policy = BatchPolicy(token_budget=max(1, policy.token_budget // 2), max_batch=smaller)
+        log.warning("batches shrunk after out of memory: %s", self.batch_policy)
 
     @property
     def score_session(self) -> Any:
@@ -127,7 +138,8 @@ class SagoModel:
         if (wanted < 1).any() or (wanted >= lengths).any():
             raise InputError("each sequence needs at least one target token and one token before it")
         out: list[np.ndarray] = [np.empty(0)] * len(token_ids)
-        for batch in plan_batches(lengths, self.batch_policy):
+
+        def run_batch(batch: np.ndarray) -> None:
             ids, mask = left_pad([token_ids[i] for i in batch], self.pad_id)
             k = int(wanted[batch].max())
             targets = np.ascontiguousarray(ids[:, -k:])
@@ -136,6 +148,9 @@ class SagoModel:
             )
             for row, i in enumerate(batch):
                 out[i] = logp[row, k - wanted[i] :].astype(np.float64)
+
+        for batch in plan_batches(lengths, self.batch_policy):
+            run_with_backoff(run_batch, batch, self._shrink_batches)
         return out
 
     @property
@@ -166,7 +181,19 @@ class SagoModel:
             eos_ids=self.exported.manifest.get("eos_token_ids", []),
             decode=lambda ids: self.tokenizer.decode(ids, skip_special_tokens=True),
             policy=self.batch_policy,
+            io_binding=self.io_binding_device,
+            on_oom=self._shrink_batches,
         )
+
+    @property
+    def io_binding_device(self) -> str | None:
+        """Where the decode loop keeps its KV cache between steps: "cuda" on CUDA (IOBinding: only the
+        chosen token ids come back to the host each step), None (plain numpy feeds) on CPU unless
+        ``session_options.io_binding`` forces it."""
+        choice = self.session_options.io_binding
+        if choice == "auto":
+            return "cuda" if self.device == "cuda" else None
+        return None if choice == "off" else self.device
 
     def close(self) -> None:
         """Drop the ORT sessions so their memory is returned before the next model loads."""
@@ -207,6 +234,8 @@ def load_model(
     )
     exported = ExportCache(cache_dir).get_or_export(ckpt, settings)
     session, provider = open_session(exported.probe_path, resolved, session_options or SessionOptions())
+    if batch_policy is None and resolved == "cuda":
+        batch_policy = _policy_for_free_memory(exported.manifest)
     tokenizer = AutoTokenizer.from_pretrained(exported.path)
     return SagoModel(
         checkpoint=ckpt,
@@ -218,3 +247,17 @@ def load_model(
         batch_policy=batch_policy or BatchPolicy(),
         session_options=session_options or SessionOptions(),
     )
+
+
+def _policy_for_free_memory(manifest: dict[str, Any]) -> BatchPolicy:
+    """On CUDA: a token budget sized from the free device memory (the back-off covers misjudgements)."""
+    from sago_fast.runtime.batching import free_cuda_memory, token_budget_for_memory
+
+    free = free_cuda_memory()
+    if free is None:
+        return BatchPolicy()
+    budget = token_budget_for_memory(
+        free, int(manifest["n_layers"]), int(manifest["d_model"]), 2 if manifest["dtype"] == "fp16" else 4
+    )
+    log.info("CUDA: %.1f GiB free -> token budget %d", free / 2**30, budget)
+    return BatchPolicy(token_budget=budget, max_batch=256)

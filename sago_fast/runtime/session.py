@@ -27,10 +27,12 @@ class SessionOptions:
 
     intra_op_threads: 0 lets ORT use every physical core.
     optimization: "all" (hardware-specific fusions, applied at load, never saved) or "extended"/"basic".
+    io_binding: "auto" (on for CUDA: the decode loop keeps its KV cache on the device), "on", "off".
     """
 
     intra_op_threads: int = 0
     optimization: str = "all"
+    io_binding: str = "auto"
 
 
 def cuda_provider_listed() -> bool:

@@ -1,0 +1,110 @@
+"""Device-path logic that runs on CPU too: IOBinding decode loop, out-of-memory back-off with a fake
+allocator, the free-memory token budget."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import sago_fast
+from sago_fast.errors import DeviceError
+from sago_fast.runtime.batching import BatchPolicy, is_out_of_memory, token_budget_for_memory
+from sago_fast.runtime.generate import GenerationSettings
+from sago_fast.runtime.session import SessionOptions
+
+PROMPTS = [
+    "What is 12 + 7?",
+    "a",
+    "Reverse the word 'stone'.",
+    "Options: A. red B. green. The sky is",
+    "x y z",
+]
+
+
+class FakeOOMSession:
+    """Wraps a real session; any call with more than ``limit`` rows fails like ORT's CUDA allocator."""
+
+    def __init__(self, real, limit: int) -> None:
+        self.real, self.limit, self.failures = real, limit, []
+
+    def run(self, names, feeds):
+        rows = len(feeds["input_ids"])
+        if rows > self.limit:
+            self.failures.append(rows)
+            raise RuntimeError(
+                "[ONNXRuntimeError] : 6 : RUNTIME_EXCEPTION : Non-zero status code returned while running "
+                "MatMul node. Failed to allocate memory for requested buffer of size 123456"
+            )
+        return self.real.run(names, feeds)
+
+    def __getattr__(self, name):
+        return getattr(self.real, name)
+
+
+def test_iobinding_decode_loop_equals_the_numpy_loop(checkpoints, cache_dir):
+    plain = sago_fast.load_model(checkpoints["qwen2"], cache_dir=cache_dir)
+    bound = sago_fast.load_model(
+        checkpoints["qwen2"], cache_dir=cache_dir, session_options=SessionOptions(io_binding="on")
+    )
+    assert plain.io_binding_device is None and bound.io_binding_device == "cpu"
+    for settings in (
+        GenerationSettings(max_new_tokens=9, stop=()),
+        GenerationSettings(max_new_tokens=9, stop=("e",)),
+    ):
+        expected = plain.generate(PROMPTS, settings)
+        got = bound.generate(PROMPTS, settings)
+        assert got == expected
+
+
+def test_out_of_memory_backs_off_and_gives_the_same_numbers(checkpoints, cache_dir):
+    model = sago_fast.load_model(
+        checkpoints["llama"], cache_dir=cache_dir, batch_policy=BatchPolicy(max_batch=8)
+    )
+    reference = model.probe(PROMPTS)
+    ref_scores = model.target_logprobs([[5, 6, 7, 8], [9, 10, 11], [12, 13, 14, 15, 16]], [2, 1, 3])
+    ref_generations = model.generate(PROMPTS, GenerationSettings(max_new_tokens=4, stop=()))
+
+    model.session = FakeOOMSession(model.session, limit=2)
+    got = model.probe(PROMPTS)
+    assert model.session.failures and max(model.session.failures) == 5
+    np.testing.assert_allclose(got.hidden_last, reference.hidden_last, atol=1e-5)  # other padding
+    np.testing.assert_allclose(got.next_logprobs, reference.next_logprobs, atol=1e-5)
+    assert model.batch_policy.max_batch < 8  # later batches stay below the size that failed
+
+    model.batch_policy = BatchPolicy(max_batch=8)
+    model._score_session = FakeOOMSession(model.score_session, limit=1)
+    for a, b in zip(
+        model.target_logprobs([[5, 6, 7, 8], [9, 10, 11], [12, 13, 14, 15, 16]], [2, 1, 3]),
+        ref_scores,
+        strict=True,
+    ):
+        np.testing.assert_allclose(a, b, atol=1e-5)
+
+    model.batch_policy = BatchPolicy(max_batch=8)
+    model._decode_session = FakeOOMSession(model.decode_session, limit=2)
+    assert model.generate(PROMPTS, GenerationSettings(max_new_tokens=4, stop=())) == ref_generations
+
+    model.session = FakeOOMSession(model.session.real, limit=0)  # not even one prompt fits
+    with pytest.raises(DeviceError, match="out of device memory on a single prompt"):
+        model.probe(["a"])
+
+
+def test_other_errors_are_not_taken_for_out_of_memory(checkpoints, cache_dir):
+    assert is_out_of_memory(RuntimeError("CUDA failure 2: out of memory ; GPU=0"))
+    assert not is_out_of_memory(RuntimeError("Invalid rank for input: input_ids"))
+    model = sago_fast.load_model(checkpoints["llama"], cache_dir=cache_dir)
+
+    class Broken(FakeOOMSession):
+        def run(self, names, feeds):
+            raise RuntimeError("Invalid rank for input: input_ids")
+
+    model.session = Broken(model.session, limit=10)
+    with pytest.raises(RuntimeError, match="Invalid rank"):
+        model.probe(PROMPTS)
+
+
+def test_token_budget_for_memory_by_hand():
+    # 8 GiB free, half of it, fp16, d_model 2048, 16 layers: 2 * 2048 * (16 + 34) = 204800 bytes a token
+    assert token_budget_for_memory(8 * 2**30, 16, 2048, 2) == (8 * 2**30 // 2) // 204800
+    assert token_budget_for_memory(10, 16, 2048, 2) == 256  # never below the floor
+    assert token_budget_for_memory(2**50, 2, 64, 4) == 262144  # nor above the ceiling
