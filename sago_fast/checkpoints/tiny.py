@@ -44,6 +44,20 @@ class TinySize:
             hidden=512, layers=8, heads=8, kv_heads=8, intermediate=1408, max_positions=2048, vocab_size=32000
         )
 
+    @classmethod
+    def bench_1b(cls) -> TinySize:
+        """~1.07B-parameter Llama-style dimensions (hidden 2048, 20 layers, GQA 16/8 heads, vocab 32k),
+        randomly initialised, for GPU throughput checks (``benchmarks/gpu_check.sh``)."""
+        return cls(
+            hidden=2048,
+            layers=20,
+            heads=16,
+            kv_heads=8,
+            intermediate=5632,
+            max_positions=2048,
+            vocab_size=32000,
+        )
+
 
 ConfigFactory = Callable[[TinySize, int], dict[str, Any]]
 ARCHITECTURES: Registry[ConfigFactory] = Registry("architecture")
