@@ -101,7 +101,12 @@ def run(config: RunConfig, *, command: str = "run", progress: bool = True) -> Ru
                 {"status": status, "provider": provider, "run": plan.run_id},
             )
             store.close()
-    if store is not None and config.stats and not failed:
+    if (
+        store is not None
+        and config.stats
+        and not failed
+        and (results or not _has_stats(config.db, plan.run_id))
+    ):
         from sago_fast.stats import run_stats
 
         log.info("computing statistics of run %s", plan.run_id)
@@ -122,6 +127,13 @@ def run(config: RunConfig, *, command: str = "run", progress: bool = True) -> Ru
             f"{len(failed)} of {len(units)} units failed (the {len(results) + skipped} others are kept): {reasons}{more}"
         )
     return result
+
+
+def _has_stats(db: Any, run_id: str) -> bool:
+    """Whether the run already has statistics (a re-run that evaluated nothing new keeps them)."""
+    with Store(db, read_only=True) as store:
+        _, rows = store.query("SELECT count(*) FROM model_scores WHERE run_id = $run", {"run": run_id})
+    return bool(rows[0][0])
 
 
 def _write(store: Store | None, sink: ParquetShardSink | None, run_id: str, outcome: UnitOutcome) -> None:
