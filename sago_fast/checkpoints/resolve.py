@@ -85,6 +85,13 @@ def _download_from_hub(repo_id: str) -> Path:
     return Path(local)
 
 
+def natural_key(name: str) -> tuple:
+    """Sort 'step-150' before 'step-1200' (checkpoints of one training run in training order)."""
+    import re
+
+    return tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name))
+
+
 def resolve_checkpoint(checkpoint: str | os.PathLike[str], *, allow_pickle: bool = False) -> Checkpoint:
     """Validate ``checkpoint`` (a directory, or a hub id like ``org/name``) and hash its content."""
     path = Path(checkpoint).expanduser()

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from sago_fast.checkpoints.resolve import natural_key
 from sago_fast.store import Store
+
+__all__ = ["ReportData", "Table", "load_report_data", "natural_key"]
 
 
 @dataclass
@@ -37,11 +39,6 @@ class ReportData:
     @property
     def empty(self) -> bool:
         return not self.headline.rows
-
-
-def natural_key(name: str) -> tuple:
-    """Sort 'step-150' before 'step-1200' (checkpoints of one training run in training order)."""
-    return tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name))
 
 
 HEADLINE_SQL = """

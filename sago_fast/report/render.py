@@ -10,7 +10,6 @@ from typing import Any
 from markupsafe import Markup, escape
 
 from sago_fast.atomic import atomic_path
-from sago_fast.errors import InputError
 from sago_fast.report.data import ReportData, Table, load_report_data, natural_key
 from sago_fast.store import Store
 
@@ -79,17 +78,12 @@ def write_report(
     Statistics are computed first when the run has none yet; a database without runs gives an
     empty-but-valid report. Older results files are migrated when opened."""
     from sago_fast.stats import run_stats
+    from sago_fast.stats.data import check_run, latest_finished_run
 
     with Store(db) as store:
-        _, runs = store.query(
-            "SELECT run_id FROM runs WHERE status = 'done' ORDER BY created_at DESC, run_id DESC LIMIT 1"
-        )
-        if (
-            run_id is not None
-            and not store.query("SELECT count(*) FROM runs WHERE run_id = $r", {"r": run_id})[1][0][0]
-        ):
-            raise InputError(f"{db}: no run {run_id!r}")
-        run = run_id or (runs[0][0] if runs else None)
+        if run_id is not None:
+            check_run(store, run_id)
+        run = run_id or latest_finished_run(store)
         needs_stats = (
             run is not None
             and not store.query("SELECT count(*) FROM model_scores WHERE run_id = $run", {"run": run})[1][0][

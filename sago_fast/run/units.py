@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from sago_fast.checkpoints.resolve import Checkpoint, resolve_checkpoint
+from sago_fast.checkpoints.resolve import Checkpoint, natural_key, resolve_checkpoint
 from sago_fast.datasets.resolve import Dataset, load_dataset
 from sago_fast.errors import InputError
 from sago_fast.run.config import RunConfig
@@ -68,7 +68,7 @@ def expand_models(models: Sequence[str]) -> list[str]:
                 [str(path.parent / e) if not Path(e).is_absolute() else e for e in _list_file(path)]
             )
         elif any(ch in text for ch in "*?["):
-            matches = sorted(glob.glob(str(path)), key=_natural)
+            matches = sorted(glob.glob(str(path)), key=natural_key)
             matches = [m for m in matches if Path(m).is_dir()]
             if not matches:
                 raise InputError(f"--model {text}: the pattern matches no checkpoint directory")
@@ -77,12 +77,6 @@ def expand_models(models: Sequence[str]) -> list[str]:
             out.append(text)
     seen: set[str] = set()
     return [m for m in out if not (m in seen or seen.add(m))]  # type: ignore[func-returns-value]
-
-
-def _natural(name: str) -> tuple:
-    import re
-
-    return tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name))
 
 
 def _list_file(path: Path) -> list[str]:

@@ -9,6 +9,7 @@ not make the short ones pay for it.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -111,7 +112,9 @@ def greedy_generate(
     eos = set(eos_ids) if settings.stop_at_eos else set()
     lengths = np.array([len(ids) + settings.max_new_tokens for ids in token_ids], dtype=np.int64)
     results: list[Generation | None] = [None] * len(token_ids)
-    generate_batch = _generate_batch if io_binding is None else _generate_batch_bound
+    generate_batch = (
+        _generate_batch if io_binding is None else functools.partial(_generate_batch_bound, device=io_binding)
+    )
 
     def run_batch(batch: np.ndarray) -> None:
         rows = generate_batch(
@@ -122,7 +125,6 @@ def greedy_generate(
             eos,
             decode,
             past_names,
-            io_binding or "cpu",
         )
         for i, row in zip(batch, rows, strict=True):
             results[i] = Generation(tuple(row.tokens), tuple(row.logprobs), row.text, row.reason)
@@ -140,7 +142,6 @@ def _generate_batch(
     eos: set[int],
     decode: Callable[[list[int]], str],
     past_names: list[str],
-    _device: str = "cpu",
 ) -> list[_Row]:
     ids, mask = left_pad(prompts, pad_id)  # (B, T) each
     rows = [_Row([], []) for _ in prompts]

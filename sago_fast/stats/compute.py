@@ -116,11 +116,13 @@ def _model_scores(data: RunData, config: StatsConfig, out: Columns) -> None:
             test=test,
             null_value=null_value,
         )
-    out["p_adjusted"] = [None if np.isnan(x) else float(x) for x in bh_adjust(_floats(out["p_value"]))]
+    _adjust(out, "p_value")
 
 
-def _floats(values: list[Any]) -> np.ndarray:
-    return np.array([np.nan if v is None else v for v in values], dtype=np.float64)
+def _adjust(out: Columns, column: str) -> None:
+    """``p_adjusted``: Benjamini–Hochberg over every p-value of ``column`` in the table (NULL stays NULL)."""
+    p = np.array([np.nan if v is None else v for v in out[column]], dtype=np.float64)
+    out["p_adjusted"] = [None if np.isnan(x) else float(x) for x in bh_adjust(p)]
 
 
 def _test(
@@ -219,7 +221,7 @@ def _comparisons(data: RunData, config: StatsConfig, out: Columns) -> None:
                     p_value=mcnemar_p(a > 0, b > 0),
                     n_items=len(a),
                 )
-    out["p_adjusted"] = [None if np.isnan(x) else float(x) for x in bh_adjust(_floats(out["p_value"]))]
+    _adjust(out, "p_value")
 
 
 # --- rankings, agreement, reversals -----------------------------------------------------------------
@@ -431,11 +433,10 @@ def _reversals(data: RunData, config: StatsConfig, tables: StatsTables) -> None:
 
 
 def _correlations(data: RunData, config: StatsConfig, out: Columns) -> None:
+    headlines = {d: [h for h in _headline_metrics(data, d) if h[0] != ACCURACY[0]] for d in data.datasets}
     for model in data.models:
         for dataset in data.datasets:
-            headline = [
-                (a, *data.headline(dataset, a)) for a in AXES if data.headline(dataset, a) is not None
-            ]  # type: ignore[misc]
+            headline = headlines[dataset]
             canonical = data.canonical.get((model, dataset), {})
             series = {h: data.items.get((model, dataset, *h), {}) for h in headline}
             for ha, hb in itertools.combinations(headline, 2):
@@ -466,4 +467,4 @@ def _correlations(data: RunData, config: StatsConfig, out: Columns) -> None:
                     partial_p=correlation_permutation_p(res_x, res_y, config, stream=stream + 1),
                     n_items=len(common),
                 )
-    out["p_adjusted"] = [None if np.isnan(x) else float(x) for x in bh_adjust(_floats(out["partial_p"]))]
+    _adjust(out, "partial_p")

@@ -63,20 +63,30 @@ class RunData:
         return None
 
 
-def latest_run(store: Store) -> str:
+def latest_finished_run(store: Store) -> str | None:
     _, rows = store.query(
         "SELECT run_id FROM runs WHERE status = 'done' ORDER BY created_at DESC, run_id DESC LIMIT 1"
     )
-    if not rows:
+    return str(rows[0][0]) if rows else None
+
+
+def latest_run(store: Store) -> str:
+    run = latest_finished_run(store)
+    if run is None:
         raise InputError(f"{store.path}: no finished run to analyse (run `sago run` first)")
-    return str(rows[0][0])
+    return run
+
+
+def check_run(store: Store, run_id: str) -> None:
+    """InputError unless ``run_id`` is a run of this file."""
+    _, found = store.query("SELECT count(*) FROM runs WHERE run_id = $run", {"run": run_id})
+    if not found[0][0]:
+        raise InputError(f"{store.path}: no run {run_id!r}")
 
 
 def load_run(store: Store, run_id: str) -> RunData:
     """Item scores, canonical accuracy and replicate noise of ``run_id``."""
-    _, found = store.query("SELECT count(*) FROM runs WHERE run_id = $run", {"run": run_id})
-    if not found[0][0]:
-        raise InputError(f"{store.path}: no run {run_id!r}")
+    check_run(store, run_id)
     data = RunData(run_id)
     _, rows = store.query(
         "SELECT model_id, dataset_id, axis, metric, family, example_id, value FROM item_scores WHERE run_id = $run",
