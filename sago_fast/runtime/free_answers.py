@@ -72,10 +72,13 @@ def answer_generations(
     loglik = score_continuations(model, contexts, continuations).loglik
     best = np.full(len(variants), -np.inf)
     np.maximum.at(best, np.asarray(owner, dtype=np.int64), loglik)
+    # every generated text tokenised in one call (for token-F1 between variants)
+    text_token_ids = model.tokenizer([g.text for g in generations], add_special_tokens=False)["input_ids"]
     answers = []
-    for index, (variant, generation) in enumerate(zip(variants, generations, strict=True)):
+    for index, (variant, generation, text_ids) in enumerate(
+        zip(variants, generations, text_token_ids, strict=True)
+    ):
         answer = extract_answer(generation.text)
-        text_ids = model.tokenizer(generation.text, add_special_tokens=False)["input_ids"]
         answers.append(
             FreeAnswer(
                 generation=generation,
