@@ -75,6 +75,8 @@ def read_unit(folder: Path) -> tuple[dict[str, Any], dict[str, Any]]:
 def merge_shards(paths: Sequence[str | os.PathLike[str]], db: str | os.PathLike[str]) -> MergeResult:
     result = MergeResult()
     folders, result.damaged = _unit_folders(paths)
+    if not folders:  # nothing to merge: the results file is not created or touched
+        return result
     planned: dict[str, set[str]] = {}
     with Store(db) as store:
         for folder in folders:
