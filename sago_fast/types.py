@@ -88,3 +88,5 @@ class Variant:
     prompt: str
     option_order: tuple[int, ...] = ()
     hint_index: int | None = None  # original option index named by an injected hint
+    option_labels: tuple[str, ...] = ()  # answer label of each displayed position ("A", "B", ...)
+    system_prompt: str | None = None  # system turn used under a chat template (system_prompt family)

@@ -6,6 +6,7 @@ Only safetensors weights are accepted by default: pickle (``.bin``) checkpoints 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -25,6 +26,7 @@ TOKENIZER_FILES = (
     "tokenizer.model",
     "vocab.json",
     "merges.txt",
+    "chat_template.jinja",
 )
 _HASH_CHUNK = 8 << 20
 
@@ -37,6 +39,14 @@ class Checkpoint:
     model_type: str
     weight_files: tuple[str, ...]
     content_hash: str  # sha256 hex over config, tokenizer and weight files (names and bytes)
+    source_format: str = "hf"  # "hf" (safetensors folder) or "gguf" (converted from a GGUF file)
+    quantization: str | None = None  # GGUF file type of the source (e.g. "Q4_1"); None for HF folders
+    origin: Path | None = None  # what the user named (the .gguf file); None when it is ``path``
+
+    @property
+    def display_path(self) -> Path:
+        """The path to show and record: the GGUF file for converted checkpoints, else the folder."""
+        return self.origin or self.path
 
     @property
     def short_id(self) -> str:
@@ -92,9 +102,27 @@ def natural_key(name: str) -> tuple:
     return tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name))
 
 
-def resolve_checkpoint(checkpoint: str | os.PathLike[str], *, allow_pickle: bool = False) -> Checkpoint:
-    """Validate ``checkpoint`` (a directory, or a hub id like ``org/name``) and hash its content."""
+def resolve_checkpoint(
+    checkpoint: str | os.PathLike[str],
+    *,
+    allow_pickle: bool = False,
+    gguf_cache_dir: str | os.PathLike[str] | None = None,
+) -> Checkpoint:
+    """Validate ``checkpoint`` (a directory, a ``.gguf`` file, or a hub id like ``org/name``) and hash its
+    content. A GGUF file is dequantised once into an HF folder under ``gguf_cache_dir`` (default
+    ``~/.cache/sago_fast/gguf``) whose tokenizer follows the file's metadata; see :mod:`.gguf`."""
+    from sago_fast.checkpoints.gguf import convert_gguf, gguf_source, is_gguf
+
     path = Path(checkpoint).expanduser()
+    if is_gguf(path):
+        if not path.is_file():
+            raise CheckpointError(f"{checkpoint}: no such GGUF file")
+        folder = convert_gguf(path, gguf_cache_dir)
+        resolved = resolve_checkpoint(folder, allow_pickle=False)
+        source = gguf_source(folder) or {}
+        return dataclasses.replace(
+            resolved, source_format="gguf", quantization=source.get("quantization"), origin=path.resolve()
+        )
     if not path.exists():
         text = str(checkpoint)
         looks_like_hub_id = text.count("/") == 1 and not text.startswith((".", "/", "~"))

@@ -78,7 +78,7 @@ def evaluate_checkpoint(
         for unit in units:
             yield UnitOutcome(
                 unit.unit_id,
-                str(checkpoint.path),
+                str(checkpoint.display_path),
                 unit.dataset_id,
                 None,
                 message,
@@ -94,7 +94,7 @@ def evaluate_checkpoint(
             except Exception as exc:
                 yield UnitOutcome(
                     unit.unit_id,
-                    str(checkpoint.path),
+                    str(checkpoint.display_path),
                     unit.dataset_id,
                     None,
                     _describe(exc),
@@ -105,7 +105,7 @@ def evaluate_checkpoint(
             rows = unit_rows(run_id, unit, model, data, variants[unit.dataset_id], tables, seconds)
             yield UnitOutcome(
                 unit.unit_id,
-                str(checkpoint.path),
+                str(checkpoint.display_path),
                 unit.dataset_id,
                 rows,
                 None,
@@ -137,7 +137,7 @@ def unit_rows(
     rows: Rows = {
         "models": {
             "model_id": [model.model_id],
-            "checkpoint": [str(model.checkpoint.path)],
+            "checkpoint": [str(model.checkpoint.display_path)],
             "model_type": [manifest["model_type"]],
             "n_layers": [manifest["n_layers"]],
             "d_model": [manifest["d_model"]],
@@ -179,7 +179,7 @@ def unit_rows(
         "model_id": [model.model_id],
         "dataset_id": [data.dataset_id],
         "shard": [unit.shard],
-        "checkpoint": [str(model.checkpoint.path)],
+        "checkpoint": [str(model.checkpoint.display_path)],
         "status": ["done"],
         "n_examples": [len(examples)],
         "n_variants": [len(variants)],

@@ -23,7 +23,7 @@ from sago_fast.errors import InputError
 class ContinuationScores:
     loglik: np.ndarray  # (n,) float64: summed log-probs of each continuation
     n_tokens: np.ndarray  # (n,) int64: continuation length in tokens
-    n_chars: np.ndarray  # (n,) int64: continuation length in characters (for acc_norm)
+    n_chars: np.ndarray  # (n,) int64: continuation length in characters, delimiter included
 
 
 def split_context(context: str, continuation: str) -> tuple[str, str]:
@@ -33,14 +33,20 @@ def split_context(context: str, continuation: str) -> tuple[str, str]:
 
 
 def encode_pair(
-    tokenizer: Any, context: str, continuation: str, context_lengths: dict[str, int] | None = None
+    tokenizer: Any,
+    context: str,
+    continuation: str,
+    context_lengths: dict[str, int] | None = None,
+    move_whitespace: bool = True,
 ) -> tuple[list[int], list[int]]:
     """(context ids, continuation ids) split at the context's own token count.
 
     context_lengths: optional memo of token counts per (stripped) context, so a prompt scored with
-    several options is tokenised alone only once.
+    several options is tokenised alone only once. move_whitespace: lm-eval's rule (trailing whitespace of
+    the context moves to the continuation); off after a chat template's assistant header.
     """
-    context, continuation = split_context(context, continuation)
+    if move_whitespace:
+        context, continuation = split_context(context, continuation)
     whole = tokenizer(context + continuation, add_special_tokens=True)["input_ids"]
     if context_lengths is not None and context in context_lengths:
         n_context = context_lengths[context]
@@ -55,7 +61,7 @@ def encode_pair(
 
 
 def score_continuations(
-    model: Any, contexts: Sequence[str], continuations: Sequence[str]
+    model: Any, contexts: Sequence[str], continuations: Sequence[str], move_whitespace: bool = True
 ) -> ContinuationScores:
     """Summed continuation log-probs for each (context, continuation) pair, via ``model.target_logprobs``."""
     if len(contexts) != len(continuations):
@@ -64,7 +70,7 @@ def score_continuations(
     n_tokens = np.zeros(len(contexts), dtype=np.int64)
     context_lengths: dict[str, int] = {}
     for i, (context, continuation) in enumerate(zip(contexts, continuations, strict=True)):
-        ctx, cont = encode_pair(model.tokenizer, context, continuation, context_lengths)
+        ctx, cont = encode_pair(model.tokenizer, context, continuation, context_lengths, move_whitespace)
         if not cont:
             raise InputError(f"pair {i}: the continuation {continuation!r} encodes to no tokens")
         n_tokens[i] = len(cont)

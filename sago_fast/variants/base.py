@@ -32,11 +32,26 @@ class RenderSpec:
     hint_index: int | None = None  # original option index named by a wrong hint
     shots: tuple[Example, ...] = ()  # demonstrations shown before the question, in this order
     newline: str = "\n"  # line break of the layout (the whitespace family doubles it)
+    shot_answer: str = "label"  # how demonstrations show their answer: "label" ("B") or "text" (the option)
+    system_prompt: str | None = None  # system turn under a chat template (the system_prompt family)
+
+    @property
+    def option_labels(self) -> tuple[str, ...]:
+        """The answer label of each displayed position (``A``, ``a``, ``1``, ``i``), see render.answer_label."""
+        from sago_fast.variants.render import answer_label
+
+        return tuple(answer_label(j, self.enumerator) for j in range(len(self.option_order)))
 
     @classmethod
-    def canonical(cls, example: Example) -> RenderSpec:
+    def canonical(
+        cls, example: Example, shots: tuple[Example, ...] = (), shot_answer: str = "label"
+    ) -> RenderSpec:
         return cls(
-            example=example, question=example.question, option_order=tuple(range(len(example.options)))
+            example=example,
+            question=example.question,
+            option_order=tuple(range(len(example.options))),
+            shots=shots,
+            shot_answer=shot_answer,
         )
 
 
@@ -49,6 +64,7 @@ class Perturbation:
     example: ClassVar[str]  # input -> output, shown by `sago variants list`
     meaning_preserving: ClassVar[bool] = True
     tasks: ClassVar[tuple[str, ...]] = ("multiple_choice", "generation", "pairwise")
+    needs_chat: ClassVar[bool] = False  # only meaningful when a chat template is applied
 
     def applies_to(self, example: Example) -> bool:
         return example.task_type in self.tasks

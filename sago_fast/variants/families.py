@@ -228,10 +228,38 @@ DEMONSTRATIONS: dict[str, tuple[Example, ...]] = {
 class FewshotOrder(Perturbation):
     name: ClassVar[str] = "fewshot_order"
     description: ClassVar[str] = (
-        "prepends the built-in demonstrations in a random order (variants differ only in order)"
+        "permutes the demonstrations (those of --num-fewshot, else three built-in ones); "
+        "variants differ only in their order"
     )
     example: ClassVar[str] = "'Question: ...' -> 'Question: What is 1 + 1? ... Answer: B\\n\\nQuestion: ...'"
 
     def perturb(self, spec: RenderSpec, rng: np.random.Generator) -> RenderSpec:
-        demos = DEMONSTRATIONS[spec.example.task_type]
-        return replace(spec, shots=tuple(demos[i] for i in rng.permutation(len(demos))))
+        demos = spec.shots or DEMONSTRATIONS[spec.example.task_type]
+        order = rng.permutation(len(demos))
+        if spec.shots and len(demos) > 1 and (order == np.arange(len(demos))).all():
+            order = np.roll(order, 1)  # the data's own demonstrations: never the canonical order again
+        return replace(spec, shots=tuple(demos[i] for i in order))
+
+
+SYSTEM_PROMPTS = (
+    "You are a helpful assistant.",
+    "You are a knowledgeable assistant. Answer the question accurately.",
+    "You are an AI assistant that answers questions.",
+    "Answer the user's question.",
+)
+
+
+@register
+@dataclass(frozen=True)
+class SystemPrompt(Perturbation):
+    name: ClassVar[str] = "system_prompt"
+    description: ClassVar[str] = (
+        "puts one of a few neutral system prompts in the chat template's system turn "
+        "(only with --chat-template auto)"
+    )
+    example: ClassVar[str] = "system: (template default) -> system: 'You are a helpful assistant.'"
+    needs_chat: ClassVar[bool] = True
+    choices: tuple[str, ...] = SYSTEM_PROMPTS
+
+    def perturb(self, spec: RenderSpec, rng: np.random.Generator) -> RenderSpec:
+        return replace(spec, system_prompt=_choose_other(rng, self.choices, spec.system_prompt or ""))

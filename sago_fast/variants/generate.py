@@ -7,6 +7,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import sago_fast.variants.families  # noqa: F401  (registers the families)
+from sago_fast.errors import InputError
 from sago_fast.types import Example, Variant
 from sago_fast.variants.base import FAMILIES, RenderSpec, derive_rng, spec_params
 from sago_fast.variants.render import render
@@ -16,17 +17,55 @@ CANONICAL = "canonical"
 
 @dataclass(frozen=True)
 class VariantConfig:
-    """families: registered names (None = all). k: variants per family per example. seed: stream seed."""
+    """families: registered names (None = all that apply; families that need a chat template only when
+    ``chat``). k: variants per family per example. seed: stream seed. num_fewshot: demonstrations in every
+    prompt, drawn per example (seeded, never the example itself) from ``fewshot_pool`` or, when that is
+    empty, from the dataset. shot_answer: how demonstrations show their answer ("label" for letter answers,
+    "text" for cloze answers). chat: a chat template is applied (enables the system_prompt family)."""
 
     families: tuple[str, ...] | None = None
     k: int = 2
     seed: int = 0
+    num_fewshot: int = 0
+    fewshot_pool: tuple[Example, ...] = ()
+    shot_answer: str = "label"
+    chat: bool = False
+
+    def __post_init__(self) -> None:
+        if self.num_fewshot < 0:
+            raise InputError(f"num_fewshot must not be negative, not {self.num_fewshot}")
+        if self.shot_answer not in ("label", "text"):
+            raise InputError(f"shot_answer must be 'label' or 'text', not {self.shot_answer!r}")
 
     def family_names(self) -> tuple[str, ...]:
-        names = self.families if self.families is not None else tuple(FAMILIES.names())
-        for name in names:
-            FAMILIES.get(name)  # unknown names fail here with "did you mean"
-        return names
+        if self.families is None:
+            return tuple(n for n in FAMILIES.names() if self.chat or not FAMILIES.get(n).needs_chat)
+        for name in self.families:
+            family = FAMILIES.get(name)  # unknown names fail here with "did you mean"
+            if family.needs_chat and not self.chat:
+                raise InputError(f"family {name!r} needs a chat template (--chat-template auto)")
+        return self.families
+
+
+def draw_shots(
+    example: Example, pool: Sequence[Example], config: VariantConfig, source: str
+) -> tuple[Example, ...]:
+    """``config.num_fewshot`` demonstrations for ``example`` from ``pool`` (same task type, never the
+    example itself), from the example's own random stream: the same whatever the dataset's order."""
+    n = config.num_fewshot
+    if n == 0:
+        return ()
+    candidates = [
+        e for e in pool if e.example_id != example.example_id and e.task_type == example.task_type
+        and (e.question, e.options) != (example.question, example.options)
+    ]
+    if len(candidates) < n:
+        raise InputError(
+            f"{source}: --num-fewshot {n} needs {n} other {example.task_type} examples, only "
+            f"{len(candidates)} available for example {example.example_id!r}"
+        )
+    rng = derive_rng(config.seed, example.example_id, "fewshot", 0)
+    return tuple(candidates[i] for i in rng.choice(len(candidates), size=n, replace=False))
 
 
 def make_variant(
@@ -43,12 +82,17 @@ def make_variant(
         prompt=render(spec),
         option_order=spec.option_order,
         hint_index=spec.hint_index,
+        option_labels=spec.option_labels,
+        system_prompt=spec.system_prompt,
     )
 
 
-def variants_for(example: Example, config: VariantConfig) -> list[Variant]:
-    """The canonical variant, then k variants of each applicable family (duplicates of the prompt kept)."""
-    base = RenderSpec.canonical(example)
+def variants_for(
+    example: Example, config: VariantConfig, shots: tuple[Example, ...] = ()
+) -> list[Variant]:
+    """The canonical variant (with ``shots`` as its demonstrations), then k variants of each applicable
+    family (duplicates of the prompt kept)."""
+    base = RenderSpec.canonical(example, shots, config.shot_answer)
     out = [make_variant(example, CANONICAL, 0, base, base, True)]
     for family in config.family_names():
         perturbation = FAMILIES.get(family)()
@@ -60,10 +104,16 @@ def variants_for(example: Example, config: VariantConfig) -> list[Variant]:
     return out
 
 
-def generate_variants(examples: Iterable[Example], config: VariantConfig = VariantConfig()) -> list[Variant]:
+def generate_variants(
+    examples: Iterable[Example], config: VariantConfig = VariantConfig(), source: str = "dataset"
+) -> list[Variant]:
+    """Variants of every example; with ``config.num_fewshot``, demonstrations come from
+    ``config.fewshot_pool`` or else from ``examples`` themselves (``source`` names them in errors)."""
+    examples = list(examples)
+    pool = config.fewshot_pool or tuple(examples)
     out: list[Variant] = []
     for example in examples:
-        out.extend(variants_for(example, config))
+        out.extend(variants_for(example, config, draw_shots(example, pool, config, source)))
     return out
 
 

@@ -50,6 +50,12 @@ def option_label(position: int, enumerator: str) -> str:
     raise ValueError(f"unknown enumerator {enumerator!r}")
 
 
+def answer_label(position: int, enumerator: str) -> str:
+    """The label a ``letter`` answer names for option ``position``: the displayed label without its
+    punctuation ("A." -> "A", "(a)" -> "a", "1)" -> "1", "i." -> "i")."""
+    return option_label(position, enumerator).strip("().")
+
+
 def field_name(name: str, case: str) -> str:
     return {"title": name.title(), "upper": name.upper(), "lower": name.lower()}[case]
 
@@ -62,11 +68,12 @@ def _block(
     for position, original in enumerate(order):
         lines.append(f"{option_label(position, spec.enumerator)} {example.options[original]}")
     if answer:
-        gold = (
-            example.answers[0]
-            if not example.has_options
-            else option_label(order.index(example.answer_index), spec.enumerator)
-        )
+        if not example.has_options:
+            gold = example.answers[0]
+        elif spec.shot_answer == "text":
+            gold = example.options[example.answer_index]  # type: ignore[index]
+        else:
+            gold = answer_label(order.index(example.answer_index), spec.enumerator)
         lines.append(f"{field_name('answer', spec.field_case)}{spec.separator}{gold}")
     return [nl.join(lines)]
 
