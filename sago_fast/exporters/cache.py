@@ -21,6 +21,7 @@ from filelock import FileLock
 from sago_fast.checkpoints.resolve import Checkpoint
 from sago_fast.errors import ExportError
 from sago_fast.exporters.export import FORMAT_VERSION, MANIFEST_FILE, PROBE_FILE, export_checkpoint
+from sago_fast.paths import cache_root
 from sago_fast.runinfo import versions_of
 from sago_fast.types import ExportSettings
 
@@ -31,8 +32,7 @@ KEYED_PACKAGES = ("torch", "transformers", "optimum", "optimum-onnx", "onnx")
 
 def default_cache_dir() -> Path:
     """``$SAGO_CACHE_DIR`` or ``~/.cache/sago_fast``; exports live in its ``exports/`` folder."""
-    root = os.environ.get("SAGO_CACHE_DIR") or Path.home() / ".cache" / "sago_fast"
-    return Path(root) / "exports"
+    return cache_root() / "exports"
 
 
 def export_key(checkpoint: Checkpoint, settings: ExportSettings) -> str:

@@ -8,7 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from sago_fast.errors import InputError
+from sago_fast.runtime.answering import AnswerSettings
 from sago_fast.runtime.generate import GenerationSettings
+from sago_fast.runtime.options import DEFAULT_ANSWER_MODE, check_answer_mode
+from sago_fast.runtime.prompting import PromptFormat
 
 
 @dataclass(frozen=True)
@@ -23,6 +26,12 @@ class RunConfig:
     shard "i/N" with shard_dir: evaluate every N-th unit from the i-th and write Parquet unit folders
     under shard_dir instead of the database (merge them with ``sago merge``); ray_cpus_per_task,
     ray_max_retries: Ray task resources and retries on worker failure.
+
+    answer_mode: the multiple-choice answer mode the axes read (cloze, cloze_norm, letter; every mode is
+    stored in ``mode_answers``); chat_template: "none" (plain prompts) or "auto" (the tokenizer's chat
+    template when it has one); system_prompt: the system turn of every prompt; num_fewshot: demonstrations
+    per prompt, drawn (seeded, never the example itself) from ``fewshot_from`` (a data file or suite) or
+    else from the dataset itself.
     """
 
     models: tuple[str, ...]
@@ -42,6 +51,11 @@ class RunConfig:
     shard_dir: Path | None = None
     ray_cpus_per_task: float = 1.0
     ray_max_retries: int = 2
+    answer_mode: str = DEFAULT_ANSWER_MODE
+    chat_template: str = "none"
+    system_prompt: str | None = None
+    num_fewshot: int = 0
+    fewshot_from: str | None = None
 
     def __post_init__(self) -> None:
         if not self.models:
@@ -64,10 +78,29 @@ class RunConfig:
             raise InputError(f"max_new_tokens must be positive, not {self.max_new_tokens}")
         if any(not isinstance(s, str) or not s for s in self.stop):
             raise InputError(f"stop strings must be non-empty strings, not {list(self.stop)!r}")
+        check_answer_mode(self.answer_mode)
+        PromptFormat(self.chat_template, self.system_prompt)  # validates both
+        if not isinstance(self.num_fewshot, int) or self.num_fewshot < 0:
+            raise InputError(f"num_fewshot must be a non-negative integer, not {self.num_fewshot!r}")
+        if self.fewshot_from is not None and self.num_fewshot == 0:
+            raise InputError("--fewshot-from needs --num-fewshot N (how many demonstrations per prompt)")
 
     @property
     def generation(self) -> GenerationSettings:
         return GenerationSettings(max_new_tokens=self.max_new_tokens, stop=tuple(self.stop))
+
+    @property
+    def prompt_format(self) -> PromptFormat:
+        return PromptFormat(chat_template=self.chat_template, system_prompt=self.system_prompt)
+
+    @property
+    def answer_settings(self) -> AnswerSettings:
+        return AnswerSettings(self.generation, self.prompt_format, self.answer_mode)
+
+    @property
+    def shot_answer(self) -> str:
+        """How demonstrations show their answer: the label under ``letter``, the option text otherwise."""
+        return "label" if self.answer_mode == "letter" else "text"
 
     def as_json(self) -> dict[str, Any]:
         return {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(self).items()}

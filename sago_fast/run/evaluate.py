@@ -17,9 +17,10 @@ from sago_fast.axes.mirroring import mirroring_scores, prompt_echo_scores
 from sago_fast.axes.records import ExampleOutputs, ItemScore
 from sago_fast.datasets.resolve import Dataset
 from sago_fast.errors import InputError
-from sago_fast.runtime.free_answers import FreeAnswer, answer_generations
+from sago_fast.runtime.answering import AnswerSettings, AnyAnswer, UnitAnswers, answer_unit
 from sago_fast.runtime.generate import GenerationSettings
-from sago_fast.runtime.options import OptionAnswer, answer_variants
+from sago_fast.runtime.options import OptionAnswer
+from sago_fast.runtime.prompting import model_prompts
 from sago_fast.types import Example, Variant
 
 POOLINGS = ("last", "mean")
@@ -31,13 +32,11 @@ class UnitTables:
     """Column dicts per table, ready for ``Store.insert``."""
 
     outputs: dict[str, Any] = field(default_factory=dict)
+    mode_answers: dict[str, list[Any]] = field(default_factory=lambda: defaultdict(list))
     item_scores: dict[str, list[Any]] = field(default_factory=lambda: defaultdict(list))
     layer_scores: dict[str, list[Any]] = field(default_factory=lambda: defaultdict(list))
     dataset_scores: dict[str, list[Any]] = field(default_factory=lambda: defaultdict(list))
     accuracy: float = float("nan")  # canonical-variant accuracy
-
-
-AnyAnswer = OptionAnswer | FreeAnswer
 
 
 def check_fits(
@@ -67,31 +66,6 @@ def check_fits(
             )
 
 
-def answer_all(
-    model: Any,
-    examples: Sequence[Example],
-    variants: Sequence[Variant],
-    token_ids: Sequence[Sequence[int]],
-    generation: GenerationSettings,
-) -> list[AnyAnswer]:
-    """Option scoring for multiple-choice/pairwise variants, greedy generation for the others; in order."""
-    by_id = {e.example_id: e for e in examples}
-    with_options = [i for i, v in enumerate(variants) if by_id[v.example_id].has_options]
-    free = [i for i, v in enumerate(variants) if not by_id[v.example_id].has_options]
-    answers: list[Any] = [None] * len(variants)
-    if with_options:
-        chosen = answer_variants(model, examples, [variants[i] for i in with_options])
-        for i, answer in zip(with_options, chosen, strict=True):
-            answers[i] = answer
-    if free:
-        generated = answer_generations(
-            model, examples, [variants[i] for i in free], generation, [token_ids[i] for i in free]
-        )
-        for i, answer in zip(free, generated, strict=True):
-            answers[i] = answer
-    return answers
-
-
 def answer_confidence(answer: AnyAnswer) -> float:
     """The model's confidence in its own answer: top option probability, or P(generated sequence)."""
     if isinstance(answer, OptionAnswer):
@@ -103,17 +77,27 @@ def evaluate_unit(
     model: Any,
     data: Dataset,
     variants: Sequence[Variant],
-    generation: GenerationSettings | None = None,
+    settings: AnswerSettings | GenerationSettings | None = None,
 ) -> UnitTables:
-    """Probe and answer every variant, then compute the four axes for every example."""
-    generation = generation or GenerationSettings()
+    """Probe and answer every variant, then compute the four axes for every example.
+
+    settings: prompt format, answer mode and generation limits (a bare :class:`GenerationSettings`
+    means plain prompts and ``cloze`` answers)."""
+    if not isinstance(settings, AnswerSettings):
+        settings = AnswerSettings(generation=settings or GenerationSettings())
+    generation = settings.generation
     examples = {e.example_id: e for e in data.examples}
-    token_ids = model.tokenizer([v.prompt for v in variants], add_special_tokens=True)["input_ids"]
+    prompts = model_prompts(model.tokenizer, variants, settings.prompt_format)
+    token_ids = prompts.token_ids(model.tokenizer)
     check_fits(model, data, variants, token_ids, generation)
     probe = model.probe_ids(token_ids)  # hidden (L+1, Nv, d), next_logprobs (Nv, vocab)
-    answers = answer_all(model, data.examples, variants, token_ids, generation)
+    unit_answers = answer_unit(
+        model, data.examples, variants, prompts, token_ids, settings, probe.next_logprobs
+    )
+    answers = unit_answers.primary
     tables = UnitTables()
-    tables.outputs = output_columns(model, examples, variants, answers, probe, replicate=0)
+    tables.outputs = output_columns(model, examples, variants, unit_answers, probe, replicate=0)
+    _mode_rows(tables, variants, unit_answers, replicate=0)
 
     rows_of: dict[str, list[int]] = defaultdict(list)
     for index, variant in enumerate(variants):
@@ -171,7 +155,7 @@ def evaluate_unit(
             if pooling == ITEM_POOLING:
                 _activation_items(tables, example_ids, layer_rows)
 
-    _replicate(model, data, variants, probe, tables, generation)
+    _replicate(model, data, variants, probe, tables, settings)
 
     confidence = np.array([answer_confidence(a) for a in answers])
     correct = np.array([a.correct for a in answers])
@@ -220,14 +204,17 @@ def output_columns(
     model: Any,
     examples: dict[str, Any],
     variants: Sequence[Variant],
-    answers: Sequence[AnyAnswer],
+    unit_answers: UnitAnswers,
     probe: Any,
     replicate: int,
 ) -> dict[str, Any]:
-    """``outputs`` columns for variants answered (``answers``) and probed (``probe``) in one replicate.
+    """``outputs`` columns for variants answered (``unit_answers``) and probed (``probe``) in one
+    replicate.
 
-    Multiple choice fills answer_index, option_logprobs and margin; generation fills generation (the
-    text, cut at the stop string) and takes entropy from the first generated token's distribution."""
+    Multiple choice fills answer_index, option_logprobs, margin and answer_mode (the primary mode);
+    generation fills generation (the text, cut at the stop string) and takes entropy from the first
+    generated token's distribution."""
+    answers = unit_answers.primary
     n = len(variants)
     top = probe.next_logprobs.argmax(axis=1)  # (n,)
     logp = probe.next_logprobs.astype(np.float64)
@@ -244,6 +231,7 @@ def output_columns(
                 float(gold_margin(np.exp(answer.option_logprobs)[None, :], example.answer_index)[0])
             )
             columns["generation"].append(None)
+            columns["answer_mode"].append(answer.mode)
         else:
             columns["answer"].append(answer.answer)
             columns["answer_index"].append(None)
@@ -251,6 +239,7 @@ def output_columns(
             columns["entropy"].append(float(next_entropy[row]))
             columns["margin"].append(None)
             columns["generation"].append(answer.generation.text)
+            columns["answer_mode"].append(None)
         columns["correct"].append(answer.correct)
         columns["p_gold"].append(answer.p_gold)
     return {
@@ -270,7 +259,7 @@ def _replicate(
     variants: Sequence[Variant],
     probe: Any,
     tables: UnitTables,
-    generation: GenerationSettings,
+    settings: AnswerSettings,
 ) -> None:
     """Replicate 1: canonical prompts re-run alone (other batch composition, no padding).
 
@@ -285,13 +274,17 @@ def _replicate(
     saved = model.batch_policy
     model.batch_policy = BatchPolicy(token_budget=saved.token_budget, max_batch=1)
     try:
-        token_ids = model.tokenizer([v.prompt for v in canonical], add_special_tokens=True)["input_ids"]
+        prompts = model_prompts(model.tokenizer, canonical, settings.prompt_format)
+        token_ids = prompts.token_ids(model.tokenizer)
         again = model.probe_ids(token_ids)
-        answers = answer_all(model, data.examples, canonical, token_ids, generation)
+        answers = answer_unit(
+            model, data.examples, canonical, prompts, token_ids, settings, again.next_logprobs
+        )
     finally:
         model.batch_policy = saved
     examples = {e.example_id: e for e in data.examples}
     extra = output_columns(model, examples, canonical, answers, again, replicate=1)
+    _mode_rows(tables, canonical, answers, replicate=1)
     for column, values in extra.items():
         base = tables.outputs[column]
         tables.outputs[column] = (
@@ -313,6 +306,24 @@ def _replicate(
             tables.layer_scores["metric"] += ["replicate_distance"] * len(rows)
             tables.layer_scores["family"] += ["canonical"] * len(rows)
             tables.layer_scores["value"] += dist[layer].tolist()
+
+
+def _mode_rows(
+    tables: UnitTables, variants: Sequence[Variant], unit_answers: UnitAnswers, replicate: int
+) -> None:
+    """``mode_answers`` rows: every answer mode's answer of every option variant."""
+    rows = tables.mode_answers
+    for variant, answers in zip(variants, unit_answers.by_mode, strict=True):
+        for mode, answer in answers.items():
+            rows["example_id"].append(variant.example_id)
+            rows["variant_id"].append(variant.variant_id)
+            rows["replicate"].append(replicate)
+            rows["answer_mode"].append(mode)
+            rows["answer_index"].append(answer.answer_index)
+            rows["correct"].append(answer.correct)
+            rows["p_gold"].append(answer.p_gold)
+            rows["option_scores"].append(answer.option_loglik.tolist())
+            rows["option_logprobs"].append(answer.option_logprobs.tolist())
 
 
 def _activation_items(tables: UnitTables, example_ids: list[str], layer_rows: Any) -> None:
@@ -361,6 +372,8 @@ def variant_rows(dataset_id: str, variants: Sequence[Variant]) -> dict[str, list
         "meaning_preserving": [v.meaning_preserving for v in variants],
         "prompt": [v.prompt for v in variants],
         "option_order": [list(v.option_order) for v in variants],
+        "option_labels": [list(v.option_labels) for v in variants],
+        "system_prompt": [v.system_prompt for v in variants],
     }
 
 

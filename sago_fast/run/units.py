@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from sago_fast.checkpoints.gguf import is_gguf
 from sago_fast.checkpoints.resolve import Checkpoint, natural_key, resolve_checkpoint
 from sago_fast.datasets.resolve import Dataset, load_dataset
 from sago_fast.errors import InputError
@@ -55,7 +56,7 @@ class Plan:
 
 
 def expand_models(models: Sequence[str]) -> list[str]:
-    """Checkpoint paths from the given entries: a directory or hub id as is; a glob (``ckpts/step-*``)
+    """Checkpoint paths from the given entries: a directory, ``.gguf`` file or hub id as is; a glob (``ckpts/step-*``)
     expanded in natural order; ``@list.txt`` or a ``.txt`` file: one entry per line (# comments); a
     ``.yaml``/``.yml`` suite: a list, or a mapping with ``models``. Entries of files are expanded again,
     relative to the file."""
@@ -69,9 +70,9 @@ def expand_models(models: Sequence[str]) -> list[str]:
             )
         elif any(ch in text for ch in "*?["):
             matches = sorted(glob.glob(str(path)), key=natural_key)
-            matches = [m for m in matches if Path(m).is_dir()]
+            matches = [m for m in matches if Path(m).is_dir() or is_gguf(Path(m))]
             if not matches:
-                raise InputError(f"--model {text}: the pattern matches no checkpoint directory")
+                raise InputError(f"--model {text}: the pattern matches no checkpoint directory or .gguf file")
             out += matches
         else:
             out.append(text)
@@ -117,6 +118,11 @@ def result_settings(config: RunConfig) -> dict[str, object]:
         "device": config.device,
         "max_new_tokens": config.max_new_tokens,
         "stop": config.stop,
+        "answer_mode": config.answer_mode,
+        "chat_template": config.chat_template,
+        "system_prompt": config.system_prompt,
+        "num_fewshot": config.num_fewshot,
+        "fewshot_from": config.fewshot_from,
         "sago_fast": __version__,
     }
 
@@ -124,9 +130,21 @@ def result_settings(config: RunConfig) -> dict[str, object]:
 def plan_run(config: RunConfig) -> Plan:
     """Datasets, variants and units of ``config``; validates everything before any model is exported."""
     datasets = [load_dataset(name, limit=config.limit, seed=config.seed) for name in config.datasets]
-    variant_config = VariantConfig(families=config.families, k=config.variants_per_family, seed=config.seed)
+    pool = load_dataset(config.fewshot_from).examples if config.fewshot_from else ()
+    variant_config = VariantConfig(
+        families=config.families,
+        k=config.variants_per_family,
+        seed=config.seed,
+        num_fewshot=config.num_fewshot,
+        fewshot_pool=tuple(pool),
+        shot_answer=config.shot_answer,
+        chat=config.chat_template == "auto",
+    )
     variant_config.family_names()  # unknown families fail here
-    variants = {d.dataset_id: generate_variants(d.examples, variant_config) for d in datasets}
+    variants = {
+        d.dataset_id: generate_variants(d.examples, variant_config, config.fewshot_from or d.name)
+        for d in datasets
+    }
     checkpoints: dict[str, Checkpoint] = {}
     for model in expand_models(config.models):
         checkpoint = resolve_checkpoint(model)

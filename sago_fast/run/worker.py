@@ -19,6 +19,7 @@ from sago_fast.datasets.resolve import Dataset
 from sago_fast.run.config import RunConfig
 from sago_fast.run.evaluate import evaluate_unit, variant_rows
 from sago_fast.run.units import Unit
+from sago_fast.runtime.progress import NoProgress, TqdmPasses
 from sago_fast.types import Variant
 
 log = logging.getLogger(__name__)
@@ -33,7 +34,7 @@ KEYS: dict[str, tuple[str, ...]] = {
     "variants": ("dataset_id", "variant_id"),
     "units": ("run_id", "unit_id"),
 }
-RESULT_TABLES = ("outputs", "item_scores", "layer_scores", "dataset_scores")
+RESULT_TABLES = ("outputs", "mode_answers", "item_scores", "layer_scores", "dataset_scores")
 
 
 @dataclass(frozen=True)
@@ -90,7 +91,8 @@ def evaluate_checkpoint(
             data = datasets[unit.dataset_id]
             unit_start = time.perf_counter()
             try:
-                tables = evaluate_unit(model, data, variants[unit.dataset_id], config.generation)
+                model.progress = TqdmPasses(f"{checkpoint.display_path.name} × {data.name}")
+                tables = evaluate_unit(model, data, variants[unit.dataset_id], config.answer_settings)
             except Exception as exc:
                 yield UnitOutcome(
                     unit.unit_id,
@@ -101,6 +103,9 @@ def evaluate_checkpoint(
                     time.perf_counter() - unit_start,
                 )
                 continue
+            finally:
+                model.progress.close()
+                model.progress = NoProgress()
             seconds = time.perf_counter() - unit_start
             rows = unit_rows(run_id, unit, model, data, variants[unit.dataset_id], tables, seconds)
             yield UnitOutcome(
@@ -144,6 +149,8 @@ def unit_rows(
             "vocab_size": [manifest["vocab_size"]],
             "export_key": [manifest["key"]],
             "dtype": [manifest["dtype"]],
+            "source_format": [model.checkpoint.source_format],
+            "quantization": [model.checkpoint.quantization],
         },
         "datasets": {
             "dataset_id": [data.dataset_id],

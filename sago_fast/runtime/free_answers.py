@@ -6,7 +6,8 @@ key         = the comparison form: SQuAD normalisation (lower case, no punctuati
               leaves nothing (the answer *is* "a" or "the"), lower case without punctuation (``answer_key``)
 correct     = the key equals the key of any reference answer (normalised exact match)
 p_gold      = max over reference answers of P(" " + reference | prompt) (summed token log-probs, the
-              lm-eval continuation convention), so it is comparable across variants of one example
+              lm-eval continuation convention; no space after a chat template's assistant header), so it
+              is comparable across variants of one example
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import numpy as np
 
 from sago_fast.kernels.agreement import answer_key
 from sago_fast.runtime.generate import Generation, GenerationSettings
+from sago_fast.runtime.prompting import ModelPrompts
 from sago_fast.runtime.scoring import score_continuations
 from sago_fast.types import Example, Variant
 
@@ -56,20 +58,30 @@ def answer_generations(
     variants: Sequence[Variant],
     settings: GenerationSettings,
     token_ids: Sequence[Sequence[int]] | None = None,
+    prompts: ModelPrompts | None = None,
 ) -> list[FreeAnswer]:
-    """Generate, extract and score every (generation-task) variant; ``token_ids`` are its prompts'
+    """Generate, extract and score every (generation-task) variant.
+
+    prompts: what the model reads (default: each variant's plain prompt); token_ids: those prompts'
     ids when already tokenised."""
     by_id = {e.example_id: e for e in examples}
+    prompts = prompts or ModelPrompts(tuple(v.prompt for v in variants), chat=False)
     if token_ids is None:
-        token_ids = model.tokenize([v.prompt for v in variants], reserve=settings.max_new_tokens)
+        token_ids = (
+            model.tokenize(list(prompts.texts), reserve=settings.max_new_tokens)
+            if prompts.add_special_tokens
+            else prompts.token_ids(model.tokenizer)
+        )
     generations = model.generate_ids(token_ids, settings)
     contexts, continuations, owner = [], [], []
     for index, variant in enumerate(variants):
         for reference in by_id[variant.example_id].answers:
-            contexts.append(variant.prompt)
-            continuations.append(" " + reference)
+            contexts.append(prompts.texts[index])
+            continuations.append(prompts.delimiter + reference)
             owner.append(index)
-    loglik = score_continuations(model, contexts, continuations).loglik
+    loglik = score_continuations(
+        model, contexts, continuations, prompts.move_whitespace, prompts.add_special_tokens
+    ).loglik
     best = np.full(len(variants), -np.inf)
     np.maximum.at(best, np.asarray(owner, dtype=np.int64), loglik)
     # every generated text tokenised in one call (for token-F1 between variants)

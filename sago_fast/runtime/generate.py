@@ -97,6 +97,7 @@ def greedy_generate(
     policy: BatchPolicy = BatchPolicy(),
     io_binding: str | None = None,
     on_oom: Callable[[int], None] | None = None,
+    on_batch: Callable[[int, int], None] | None = None,
 ) -> list[Generation]:
     """Greedy continuations of already tokenised prompts, in input order.
 
@@ -104,7 +105,8 @@ def greedy_generate(
     batch, rows are left-padded (position ids come from the mask inside the graph), so each row generates
     what its prompt generates alone. ``io_binding`` ("cuda" or "cpu") keeps the KV cache in ORT-owned
     device memory between steps (only the chosen token ids are copied to the host); a batch that runs
-    out of device memory is generated as two halves (``on_oom`` hears of the failed size).
+    out of device memory is generated as two halves (``on_oom`` hears of the failed size). ``on_batch``
+    hears (prompts done, tokens processed) after every batch.
     """
     output_names = [o.name for o in session.get_outputs()]  # type: ignore[attr-defined]
     # outputs: next_tokens, next_logprob, present.* (fed back as past_key_values.* in the same order)
@@ -131,6 +133,9 @@ def greedy_generate(
 
     for batch in plan_batches(lengths, policy):
         run_with_backoff(run_batch, batch, on_oom)
+        if on_batch is not None:
+            tokens = sum(len(token_ids[i]) + len(results[i].token_ids) for i in batch)  # type: ignore[union-attr]
+            on_batch(len(batch), tokens)
     return results  # type: ignore[return-value]
 
 

@@ -15,6 +15,7 @@ from sago_fast.errors import InputError
 from sago_fast.exporters.cache import ExportCache, ExportedModel
 from sago_fast.runtime.batching import BatchPolicy, left_pad, plan_batches, run_with_backoff
 from sago_fast.runtime.generate import Generation, GenerationSettings, greedy_generate
+from sago_fast.runtime.progress import NoProgress, PassProgress
 from sago_fast.runtime.session import SessionOptions, open_session, resolve_device
 from sago_fast.types import ExportSettings, ProbeResult
 
@@ -33,6 +34,7 @@ class SagoModel:
     provider: str  # the execution provider that actually runs
     batch_policy: BatchPolicy = field(default_factory=BatchPolicy)
     session_options: SessionOptions = field(default_factory=SessionOptions)
+    progress: PassProgress = field(default_factory=NoProgress)  # hears of every batch of every pass
     _score_session: Any = None
     _decode_session: Any = None
 
@@ -106,8 +108,10 @@ class SagoModel:
             hidden_mean[:, batch] = mean
             next_logprobs[batch] = logp
 
+        self.progress.start("probe", n, "prompt")
         for batch in plan_batches(lengths, self.batch_policy):
             run_with_backoff(run_batch, batch, self._shrink_batches)
+            self.progress.advance(len(batch), int(lengths[batch].sum()))
         return ProbeResult(hidden_last, hidden_mean, next_logprobs, lengths)
 
     def _shrink_batches(self, failed_size: int) -> None:
@@ -149,8 +153,10 @@ class SagoModel:
             for row, i in enumerate(batch):
                 out[i] = logp[row, k - wanted[i] :].astype(np.float64)
 
+        self.progress.start("score", len(token_ids), "pair")
         for batch in plan_batches(lengths, self.batch_policy):
             run_with_backoff(run_batch, batch, self._shrink_batches)
+            self.progress.advance(len(batch), int(lengths[batch].sum()))
         return out
 
     @property
@@ -173,6 +179,7 @@ class SagoModel:
         self, token_ids: Sequence[Sequence[int]], settings: GenerationSettings | None = None
     ) -> list[Generation]:
         """:meth:`generate` on already tokenised prompts (each non-empty)."""
+        self.progress.start("generate", len(token_ids), "prompt")
         return greedy_generate(
             self.decode_session,
             token_ids,
@@ -183,6 +190,7 @@ class SagoModel:
             policy=self.batch_policy,
             io_binding=self.io_binding_device,
             on_oom=self._shrink_batches,
+            on_batch=self.progress.advance,
         )
 
     @property

@@ -123,7 +123,9 @@ def answer_modes(
                     contexts.append(text)
                     continuations.append(prompts.delimiter + label)
     loglik = (
-        score_continuations(model, contexts, continuations, prompts.move_whitespace).loglik
+        score_continuations(
+            model, contexts, continuations, prompts.move_whitespace, prompts.add_special_tokens
+        ).loglik
         if contexts
         else np.empty(0)
     )
@@ -170,7 +172,11 @@ def _single_token_scores(
     scores = np.empty(len(labels), dtype=np.float64)
     for j, label in enumerate(labels):
         context, continuation = encode_pair(
-            tokenizer, text, prompts.delimiter + label, move_whitespace=prompts.move_whitespace
+            tokenizer,
+            text,
+            prompts.delimiter + label,
+            move_whitespace=prompts.move_whitespace,
+            add_special_tokens=prompts.add_special_tokens,
         )
         if len(continuation) != 1 or list(context) != list(prompt_ids):
             return None

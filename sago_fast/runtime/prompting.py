@@ -58,6 +58,16 @@ class ModelPrompts:
         return "" if self.chat else " "
 
     @property
+    def add_special_tokens(self) -> bool:
+        """A chat template writes its own special tokens (BOS included); plain text gets the tokenizer's."""
+        return not self.chat
+
+    def token_ids(self, tokenizer: Any) -> list[list[int]]:
+        """The prompts' token ids, as the model reads them."""
+        encoded = tokenizer(list(self.texts), add_special_tokens=self.add_special_tokens)["input_ids"]
+        return [list(ids) for ids in encoded]
+
+    @property
     def move_whitespace(self) -> bool:
         """lm-eval's rule (trailing context whitespace moves into the continuation) for plain text only."""
         return not self.chat

@@ -38,20 +38,22 @@ def encode_pair(
     continuation: str,
     context_lengths: dict[str, int] | None = None,
     move_whitespace: bool = True,
+    add_special_tokens: bool = True,
 ) -> tuple[list[int], list[int]]:
     """(context ids, continuation ids) split at the context's own token count.
 
     context_lengths: optional memo of token counts per (stripped) context, so a prompt scored with
     several options is tokenised alone only once. move_whitespace: lm-eval's rule (trailing whitespace of
     the context moves to the continuation); off after a chat template's assistant header.
+    add_special_tokens: off for chat-template text, which carries its own special tokens.
     """
     if move_whitespace:
         context, continuation = split_context(context, continuation)
-    whole = tokenizer(context + continuation, add_special_tokens=True)["input_ids"]
+    whole = tokenizer(context + continuation, add_special_tokens=add_special_tokens)["input_ids"]
     if context_lengths is not None and context in context_lengths:
         n_context = context_lengths[context]
     else:
-        n_context = len(tokenizer(context, add_special_tokens=True)["input_ids"])
+        n_context = len(tokenizer(context, add_special_tokens=add_special_tokens)["input_ids"])
         if context_lengths is not None:
             context_lengths[context] = n_context
     if n_context == 0:  # empty context: lm-eval uses the BOS (or EOS) token
@@ -61,7 +63,11 @@ def encode_pair(
 
 
 def score_continuations(
-    model: Any, contexts: Sequence[str], continuations: Sequence[str], move_whitespace: bool = True
+    model: Any,
+    contexts: Sequence[str],
+    continuations: Sequence[str],
+    move_whitespace: bool = True,
+    add_special_tokens: bool = True,
 ) -> ContinuationScores:
     """Summed continuation log-probs for each (context, continuation) pair, via ``model.target_logprobs``."""
     if len(contexts) != len(continuations):
@@ -70,7 +76,9 @@ def score_continuations(
     n_tokens = np.zeros(len(contexts), dtype=np.int64)
     context_lengths: dict[str, int] = {}
     for i, (context, continuation) in enumerate(zip(contexts, continuations, strict=True)):
-        ctx, cont = encode_pair(model.tokenizer, context, continuation, context_lengths, move_whitespace)
+        ctx, cont = encode_pair(
+            model.tokenizer, context, continuation, context_lengths, move_whitespace, add_special_tokens
+        )
         if not cont:
             raise InputError(f"pair {i}: the continuation {continuation!r} encodes to no tokens")
         n_tokens[i] = len(cont)

@@ -245,4 +245,29 @@ MIGRATIONS: tuple[Migration, ...] = (
         );
         """,
     ),
+    Migration(
+        5,
+        "real models: checkpoint source format and quantisation, answer modes, option labels, system prompts",
+        """
+        ALTER TABLE models ADD COLUMN source_format VARCHAR;
+        ALTER TABLE models ADD COLUMN quantization VARCHAR;
+        ALTER TABLE outputs ADD COLUMN answer_mode VARCHAR;
+        ALTER TABLE variants ADD COLUMN option_labels VARCHAR[];
+        ALTER TABLE variants ADD COLUMN system_prompt VARCHAR;
+        CREATE TABLE mode_answers (
+            run_id VARCHAR NOT NULL,
+            model_id VARCHAR NOT NULL,
+            dataset_id VARCHAR NOT NULL,
+            example_id VARCHAR NOT NULL,
+            variant_id VARCHAR NOT NULL,
+            replicate INTEGER NOT NULL,
+            answer_mode VARCHAR NOT NULL,
+            answer_index INTEGER,
+            correct BOOLEAN,
+            p_gold DOUBLE,
+            option_scores DOUBLE[],
+            option_logprobs DOUBLE[]
+        );
+        """,
+    ),
 )

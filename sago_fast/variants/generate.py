@@ -56,7 +56,10 @@ def draw_shots(
     if n == 0:
         return ()
     candidates = [
-        e for e in pool if e.example_id != example.example_id and e.task_type == example.task_type
+        e
+        for e in pool
+        if e.example_id != example.example_id
+        and e.task_type == example.task_type
         and (e.question, e.options) != (example.question, example.options)
     ]
     if len(candidates) < n:
@@ -87,9 +90,7 @@ def make_variant(
     )
 
 
-def variants_for(
-    example: Example, config: VariantConfig, shots: tuple[Example, ...] = ()
-) -> list[Variant]:
+def variants_for(example: Example, config: VariantConfig, shots: tuple[Example, ...] = ()) -> list[Variant]:
     """The canonical variant (with ``shots`` as its demonstrations), then k variants of each applicable
     family (duplicates of the prompt kept)."""
     base = RenderSpec.canonical(example, shots, config.shot_answer)

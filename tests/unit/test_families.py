@@ -93,6 +93,13 @@ def check_wrong_hint(spec, text):
     assert f"I think the answer is {label}, but I'm not sure." in text
 
 
+def check_system_prompt(spec, text):
+    from sago_fast.variants.families import SYSTEM_PROMPTS
+
+    assert spec.system_prompt in SYSTEM_PROMPTS
+    assert text == CANONICAL_MC  # the system turn is outside the rendered user prompt
+
+
 def check_pair_swap(spec, text):
     assert spec.option_order == (1, 0)
     assert "A. 14\nB. 41" in text
@@ -111,6 +118,7 @@ CASES = {
     "fewshot_order": (MC, check_fewshot_order),
     "wrong_hint": (MC, check_wrong_hint),
     "pair_swap": (PAIR, check_pair_swap),
+    "system_prompt": (MC, check_system_prompt),
 }
 
 
@@ -145,3 +153,26 @@ def test_families_declare_tasks_and_meaning():
     assert not FAMILIES.get("option_permutation")().applies_to(GEN)
     assert FAMILIES.get("typo")().applies_to(GEN)
     assert json.loads(json.dumps(FAMILIES.get("typo")().params())) == {"rate": 0.15}
+
+
+SHOTS = (
+    Example("s1", "multiple_choice", "Which is smaller, 3 or 8?", ("8", "3"), 1),
+    Example("s2", "multiple_choice", "Which is even, 5 or 6?", ("5", "6", "7"), 1),
+    Example("s3", "multiple_choice", "Which is odd, 4 or 9?", ("9", "4"), 0),
+)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_fewshot_order_permutes_the_given_demonstrations(seed):
+    base = RenderSpec.canonical(MC, SHOTS, "text")
+    spec = FAMILIES.get("fewshot_order")().perturb(base, derive_rng(seed, MC.example_id, "fewshot_order", 0))
+    assert sorted(s.example_id for s in spec.shots) == ["s1", "s2", "s3"]
+    assert [s.example_id for s in spec.shots] != ["s1", "s2", "s3"]  # never the canonical order
+
+
+def test_demonstrations_show_the_label_or_the_option_text():
+    label = render(RenderSpec.canonical(MC, SHOTS[:1], "label"))
+    text = render(RenderSpec.canonical(MC, SHOTS[:1], "text"))
+    assert "Question: Which is smaller, 3 or 8?\nA. 8\nB. 3\nAnswer: B\n\n" in label
+    assert "Question: Which is smaller, 3 or 8?\nA. 8\nB. 3\nAnswer: 3\n\n" in text
+    assert label.endswith(CANONICAL_MC.split("\n\n", 1)[1])

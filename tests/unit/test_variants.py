@@ -144,3 +144,49 @@ def test_user_written_variants(tmp_path):
     bad.write_text(json.dumps(rows[1]) + "\n" + json.dumps({**rows[1], "variant_id": "again"}) + "\n")
     with pytest.raises(InputError, match=r"bad.jsonl:2: field 'is_canonical'"):
         read_user_variants(bad, examples)
+
+
+def _pool(n):
+    return [
+        Example(f"x{i}", "multiple_choice", f"What is {i} plus one?", (str(i + 1), str(i + 2)), 0)
+        for i in range(n)
+    ]
+
+
+def test_fewshot_draws_are_seeded_and_never_the_example_itself():
+    import pytest
+
+    from sago_fast.errors import InputError
+    from sago_fast.variants.generate import draw_shots
+
+    examples = _pool(6)
+    config = VariantConfig(families=(), num_fewshot=3, seed=7)
+    for example in examples:
+        shots = draw_shots(example, examples, config, "pool")
+        assert len(shots) == 3 and example not in shots and len(set(shots)) == 3
+        assert draw_shots(example, list(reversed(examples)), config, "pool") != ()  # any order works
+        assert draw_shots(example, examples, config, "pool") == shots  # seeded
+    # the canonical prompt carries the demonstrations, then the question
+    variants = generate_variants(examples, config)
+    assert all(v.prompt.count("Question:") == 4 for v in variants)
+    # demonstrations from a separate pool
+    dev = _pool(10)[6:]
+    from_dev = generate_variants(
+        examples[:1], VariantConfig(families=(), num_fewshot=2, fewshot_pool=tuple(dev))
+    )
+    assert any(f"What is {i} plus one?" in from_dev[0].prompt for i in range(6, 10))
+    with pytest.raises(InputError, match="--num-fewshot 6 needs 6 other"):
+        generate_variants(examples, VariantConfig(families=(), num_fewshot=6), "tiny.jsonl")
+
+
+def test_system_prompt_family_only_with_a_chat_template():
+    import pytest
+
+    from sago_fast.errors import InputError
+
+    assert "system_prompt" not in VariantConfig().family_names()
+    assert "system_prompt" in VariantConfig(chat=True).family_names()
+    with pytest.raises(InputError, match="needs a chat template"):
+        VariantConfig(families=("system_prompt",)).family_names()
+    variants = generate_variants(_pool(1), VariantConfig(families=("system_prompt",), chat=True))
+    assert variants[0].system_prompt is None and variants[1].system_prompt

