@@ -37,11 +37,12 @@ class NoProgress:
 class TqdmPasses:
     """One tqdm bar (below the run's unit bar) per pass: ``label stage: done/total [tok/s]``.
 
-    disable: tqdm's rule (None: only on a terminal).
+    disable: tqdm's rule (None: only on a terminal); file: where bars go (default stderr).
     """
 
-    def __init__(self, label: str, disable: bool | None = None, position: int = 1) -> None:
+    def __init__(self, label: str, disable: bool | None = None, position: int = 1, file: Any = None) -> None:
         self.label = label
+        self.file = file
         self.disable = disable
         self.position = position
         self._bar: Any = None
@@ -61,6 +62,7 @@ class TqdmPasses:
             leave=False,
             position=self.position,
             disable=self.disable,
+            file=self.file,
         )
 
     def advance(self, n_items: int, n_tokens: int) -> None:

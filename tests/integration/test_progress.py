@@ -1,0 +1,56 @@
+"""Progress inside a unit: every pass reports its total and every batch, with the tokens it processed."""
+
+from __future__ import annotations
+
+import io
+
+import sago_fast
+from sago_fast.datasets.resolve import load_dataset
+from sago_fast.run.evaluate import evaluate_unit
+from sago_fast.runtime.batching import BatchPolicy
+from sago_fast.runtime.progress import TqdmPasses
+from sago_fast.variants import VariantConfig, generate_variants
+
+
+class Recorder:
+    def __init__(self):
+        self.passes = []  # [stage, total, unit, items done, tokens]
+
+    def start(self, stage, total, unit):
+        self.passes.append([stage, total, unit, 0, 0])
+
+    def advance(self, n_items, n_tokens):
+        self.passes[-1][3] += n_items
+        self.passes[-1][4] += n_tokens
+
+    def close(self):
+        pass
+
+
+def test_every_pass_reports_all_its_items(checkpoints, cache_dir):
+    model = sago_fast.load_model(checkpoints["llama"], cache_dir=cache_dir, batch_policy=BatchPolicy(512, 4))
+    model.progress = recorder = Recorder()
+    mc = load_dataset("capitals", limit=3)
+    variants = generate_variants(mc.examples, VariantConfig(families=("typo",), k=1))
+    evaluate_unit(model, mc, variants)
+    gen = load_dataset("letters", limit=2)
+    evaluate_unit(model, gen, generate_variants(gen.examples, VariantConfig(families=("typo",), k=1)))
+    stages = [p[0] for p in recorder.passes]
+    assert stages[:2] == ["probe", "score"] and "generate" in stages
+    for stage, total, _unit, done, tokens in recorder.passes:
+        assert done == total and tokens >= total, stage
+    probe = recorder.passes[0]
+    assert probe[1] == len(variants) and probe[2] == "prompt"
+    assert recorder.passes[1][1] == len(variants) * 4  # 4 options per capitals question (cloze)
+
+
+def test_tqdm_bar_shows_items_and_tokens_per_second():
+    out = io.StringIO()
+    bar = TqdmPasses("m × d", disable=False, file=out)
+    bar.start("probe", 10, "prompt")
+    bar.advance(4, 400)
+    bar.advance(6, 600)
+    bar._bar.refresh()  # tqdm redraws at most every 0.1 s by itself
+    bar.close()
+    text = out.getvalue()
+    assert "m × d probe" in text and "10/10" in text and "tok/s" in text
