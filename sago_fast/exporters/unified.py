@@ -1,0 +1,183 @@
+"""The one graph of a checkpoint: prefill, option scoring on a cached prefix, and greedy steps.
+
+Inputs:   input_ids                (batch, new) int64          new tokens, left-padded within the block
+          attention_mask           (batch, past + new) int64   1 for every real token (holes allowed)
+          past_key_values.{i}.key  (batch, kv_heads, past, head_dim) float   past = 0 for a prefill
+          past_key_values.{i}.value
+          target_ids               (batch, T) int64            tokens to score: the last T new tokens
+Outputs:  next_tokens              (batch,) int64              greedy (first arg-max) next token
+          next_logprob             (batch,) float32            its log-probability
+          present.{i}.key          (batch, kv_heads, past + new, head_dim)
+          present.{i}.value
+          hidden_last              (n_layers + 1, batch, d_model) float32  hidden state at the last new token
+          hidden_mean              (n_layers + 1, batch, d_model) float32  masked mean over the new tokens
+          next_logprobs            (batch, vocab) float32      log-softmax of the last position's logits
+          target_logprobs          (batch, T) float32          log P(target_ids[:, j]) given everything
+                                                               before the j-th of the last T new tokens
+
+One pass over a prompt (past = 0) yields the pooled hidden states of every layer, the next-token
+distribution and the KV cache; option continuations are then scored on top of that cache, and greedy
+generation continues from it, through the same graph (so the weights are stored and loaded once).
+Position ids are ``cumsum(mask) - 1`` over past + new, taken for the new columns: left padding, holes
+between the cached prefix and a left-padded continuation, and single decode steps all get the positions
+each row would have alone. Only (batch, T) target log-probs leave the graph, never (batch, seq, vocab).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections import OrderedDict
+from typing import Any
+
+import torch
+from optimum.exporters.onnx.model_patcher import ModelPatcher, preprocess_past_key_values
+
+from sago_fast.exporters.pooled import TASK, base_onnx_config_class
+
+OUTPUT_NAMES = ("hidden_last", "hidden_mean", "next_logprobs", "target_logprobs")
+
+
+def _last_columns(values: torch.Tensor, new_ids: torch.Tensor) -> torch.Tensor:
+    """values[:, -new:] where new = new_ids.shape[1], built from tensors so the exported slice stays
+    dynamic. values: (batch, past + new); new_ids: (batch, new)."""
+    total = torch.ones_like(values[0]).sum()
+    offsets = torch.ones_like(new_ids[0]).cumsum(0) - 1  # (new,) 0..new-1
+    new = torch.ones_like(new_ids[0]).sum()
+    index = (offsets + (total - new)).unsqueeze(0).expand(values.shape[0], -1)  # (batch, new)
+    return torch.gather(values, 1, index)
+
+
+def unified_forward(
+    model: Any,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    past_key_values: Any,
+    target_ids: torch.Tensor,
+) -> dict[str, Any]:
+    """The graph's computation (see the module docstring); also the eager reference in tests."""
+    mask = attention_mask.to(torch.int64)  # (batch, past + new)
+    new = torch.ones_like(input_ids[0]).sum()
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)  # (batch, past + new)
+    position_ids = _last_columns(positions, input_ids)  # (batch, new)
+    new_mask = _last_columns(mask, input_ids)  # (batch, new)
+    kwargs: dict[str, Any] = {
+        "input_ids": input_ids,
+        "attention_mask": mask,
+        "position_ids": position_ids,
+        "past_key_values": preprocess_past_key_values(past_key_values) if past_key_values else None,
+        "use_cache": True,
+        "output_hidden_states": True,
+        "return_dict": True,
+    }
+    forward = type(model).forward
+    if "logits_to_keep" in inspect.signature(forward).parameters:
+        kwargs["logits_to_keep"] = 1
+    out = forward(model, **kwargs)
+    logits = out.logits[:, -1, :].to(torch.float32)  # (batch, vocab)
+    next_logprobs = torch.log_softmax(logits, dim=-1)
+    best = torch.argmax(next_logprobs, dim=-1)  # (batch,) first maximum, as torch greedy decoding picks
+
+    keep = new_mask.unsqueeze(-1).bool()  # (batch, new, 1)
+    count = new_mask.sum(-1, keepdim=True).clamp(min=1).to(torch.float32)  # (batch, 1)
+    last, mean = [], []
+    for hidden in out.hidden_states:  # n_layers + 1 tensors of (batch, new, d_model)
+        h32 = hidden.to(torch.float32)
+        last.append(h32[:, -1, :])
+        # where(), not multiply: padded rows may hold NaN in some attention kernels and NaN * 0 = NaN
+        mean.append(torch.where(keep, h32, torch.zeros_like(h32)).sum(1) / count)
+
+    # target j is predicted at new position (new - T - 1 + j)
+    final = out.hidden_states[-1]  # (batch, new, d_model), after the final norm
+    t_offsets = torch.ones_like(target_ids[0]).cumsum(0) - 1  # (T,) 0..T-1
+    n_targets = torch.ones_like(target_ids[0]).sum()
+    index = (t_offsets + (new - n_targets - 1)).view(1, -1, 1).expand(final.shape[0], -1, final.shape[2])
+    scoring = torch.gather(final, 1, index)  # (batch, T, d_model)
+    target_logits = model.get_output_embeddings()(scoring).to(torch.float32)  # (batch, T, vocab)
+    target_logp = torch.gather(torch.log_softmax(target_logits, -1), 2, target_ids.unsqueeze(-1)).squeeze(-1)
+
+    cache = out.past_key_values
+    legacy = cache.to_legacy_cache() if hasattr(cache, "to_legacy_cache") else cache
+    return {
+        "next_tokens": best,
+        "next_logprob": torch.gather(next_logprobs, 1, best.unsqueeze(-1)).squeeze(-1),
+        "past_key_values": tuple((key, value) for key, value in legacy),
+        "hidden_last": torch.stack(last),
+        "hidden_mean": torch.stack(mean),
+        "next_logprobs": next_logprobs,
+        "target_logprobs": target_logp,
+    }
+
+
+class UnifiedPatcher(ModelPatcher):
+    """Replaces Optimum's patched forward by :func:`unified_forward` (keeps Optimum's op patches)."""
+
+    def __init__(self, config: Any, model: Any, model_kwargs: dict[str, Any] | None = None) -> None:
+        super().__init__(config, model, model_kwargs)
+
+        def patched_forward(
+            input_ids: torch.Tensor,
+            attention_mask: torch.Tensor,
+            past_key_values: Any = None,
+            target_ids: torch.Tensor | None = None,
+            **_: Any,
+        ) -> Any:
+            return unified_forward(model, input_ids, attention_mask, past_key_values, target_ids)
+
+        self.patched_forward = patched_forward
+
+
+def unified_config(model: Any, float_dtype: str = "fp32") -> Any:
+    """OnnxConfig of the unified graph (inputs/outputs in the module docstring)."""
+    base = base_onnx_config_class(model)
+
+    class UnifiedOnnxConfig(base):  # type: ignore[misc, valid-type]
+        _MODEL_PATCHER = UnifiedPatcher
+
+        @property
+        def inputs(self) -> dict[str, dict[int, str]]:
+            common: dict[str, dict[int, str]] = OrderedDict(
+                input_ids={0: "batch_size", 1: "sequence_length"},
+                attention_mask={0: "batch_size", 1: "past_sequence_length + sequence_length"},
+            )
+            self.add_past_key_values(common, direction="inputs")
+            if not getattr(self, "_base_dummies", False):
+                common["target_ids"] = {0: "batch_size", 1: "target_length"}
+            return common
+
+        @property
+        def outputs(self) -> dict[str, dict[int, str]]:
+            common: dict[str, dict[int, str]] = OrderedDict(
+                next_tokens={0: "batch_size"}, next_logprob={0: "batch_size"}
+            )
+            self.add_past_key_values(common, direction="outputs")
+            common["hidden_last"] = {1: "batch_size"}
+            common["hidden_mean"] = {1: "batch_size"}
+            common["next_logprobs"] = {0: "batch_size"}
+            common["target_logprobs"] = {0: "batch_size", 1: "target_length"}
+            return common
+
+        def generate_dummy_inputs(self, framework: str = "pt", **kwargs: Any) -> dict[str, Any]:
+            self._base_dummies = True  # Optimum has no generator for target_ids: built below
+            try:
+                dummy = super().generate_dummy_inputs(framework, **kwargs)
+            finally:
+                self._base_dummies = False
+            # Left-pad one row and leave a hole after the past: tracing must take the padded-mask branch
+            mask = torch.ones_like(dummy["attention_mask"])
+            mask[0, : max(1, mask.shape[1] // 4)] = 0
+            ids = dummy["input_ids"]
+            mask[1, mask.shape[1] - ids.shape[1]] = 0  # a left-padded new block after a cached prefix
+            return {
+                "input_ids": ids,
+                "attention_mask": mask,
+                "past_key_values": dummy["past_key_values"],
+                "target_ids": ids[:, -3:].clone(),
+            }
+
+        def ordered_inputs(self, model: Any) -> dict[str, dict[int, str]]:
+            return self.inputs
+
+    UnifiedOnnxConfig.__name__ = f"Unified{base.__name__}"
+    return UnifiedOnnxConfig(
+        model.config, task=TASK, float_dtype=float_dtype, use_past=True, use_past_in_inputs=True
+    )
