@@ -1,5 +1,12 @@
 """End-to-end `sago run` vs a straightforward reference pipeline doing the same work, in one run.
 
+Three contenders, interleaved round by round, medians:
+  sago          one prefill per variant: options scored on the prompt's KV cache
+  sago-before   the scoring path before that change: a probe pass, then every (prompt, option) pair as a
+                whole sequence (emulated on the same graph: SagoModel.prefill scores whole sequences)
+  reference     HF transformers eager + scipy + pandas (below)
+Also counted: tokens processed through the model per variant, against the prompt length.
+
 Same checkpoint, same variants (built-in `capitals` suite). Both pipelines:
   1. probe every variant (pooled hidden states of every layer, last token + mask mean; next-token
      distribution), 2. score every option (lm-eval log-likelihood), 3. compute per-example dispersion per
@@ -9,7 +16,8 @@ scipy/numpy metrics (pdist, jensenshannon), pandas DataFrames into DuckDB.
 sago: `sago_fast.run.run` (ONNX Runtime probe + scoring graphs, Numba kernels, Arrow inserts); the
 export is cached before timing (it is paid once per checkpoint).
 
-    python benchmarks/bench_run.py              # ~2 minutes on 2 cores
+    python benchmarks/bench_run.py                          # SmolLM2-135M shape (random weights), ~10 min
+    python benchmarks/bench_run.py --shape small --limit 24 # 13M-parameter llama, ~2 minutes
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ import os
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import argparse
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -163,72 +172,131 @@ def reference_pipeline(
     return len(variants), {v.variant_id: int(answers[i]) for i, v in enumerate(variants) if v.is_canonical}
 
 
+class TokenCounter:
+    """Counts tokens through the graph (padding excluded) by wrapping SagoModel's passes; ``before``
+    replaces one-prefill scoring by the earlier path (probe, then whole (prompt, option) sequences)."""
+
+    def __init__(self, before: bool) -> None:
+        from sago_fast.runtime.model import SagoModel
+
+        self.tokens = 0
+        self.prompt_tokens = 0
+        self.cls = SagoModel
+        self.saved = (SagoModel.prefill, SagoModel.target_logprobs)
+        counter = self
+        prefill, target_logprobs = self.saved
+
+        def counted_prefill(model, token_ids, continuations=None, generation=None):
+            if before and continuations is not None and generation is None:
+                probe = prefill(model, token_ids)
+                pairs = [(i, c) for i, conts in enumerate(continuations) for c in conts]
+                whole = target_logprobs(
+                    model, [[*token_ids[i], *c] for i, c in pairs], [len(c) for _, c in pairs]
+                )
+                scored = [[] for _ in token_ids]
+                for (i, _), values in zip(pairs, whole, strict=True):
+                    scored[i].append(values)
+                counter.prompt_tokens += sum(map(len, token_ids))
+                counter.tokens += probe.tokens_processed + sum(len(token_ids[i]) + len(c) for i, c in pairs)
+                return type(probe)(probe.probe, scored, None, probe.tokens_processed)
+            result = prefill(model, token_ids, continuations, generation)
+            counter.tokens += result.tokens_processed
+            counter.prompt_tokens += sum(map(len, token_ids))
+            return result
+
+        def counted_targets(model, token_ids, n_targets):
+            counter.tokens += sum(map(len, token_ids))
+            return target_logprobs(model, token_ids, n_targets)
+
+        SagoModel.prefill, SagoModel.target_logprobs = counted_prefill, counted_targets
+
+    def close(self) -> None:
+        self.cls.prefill, self.cls.target_logprobs = self.saved
+
+
 def _cos(X: np.ndarray) -> np.ndarray:
     n = np.linalg.norm(X, axis=1, keepdims=True)
     return 1 - (X / n) @ (X / n).T
+
+
+SHAPES = {
+    "smollm2": TinySize.smollm2_135m,
+    "small": lambda: TinySize(
+        hidden=256, layers=4, heads=4, kv_heads=4, intermediate=688, max_positions=1024, vocab_size=8000
+    ),
+}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--limit", type=int, default=24)
+    parser.add_argument("--shape", choices=sorted(SHAPES), default="smollm2")
+    parser.add_argument("--limit", type=int, default=4)
     parser.add_argument("-k", type=int, default=1)
+    parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "sago-bench-run")
     args = parser.parse_args()
-    ckpt = args.workdir / "llama-bench"
-    size = TinySize(
-        hidden=256, layers=4, heads=4, kv_heads=4, intermediate=688, max_positions=1024, vocab_size=8000
-    )
+    ckpt = args.workdir / f"llama-{args.shape}"
     if not (ckpt / "config.json").is_file():
-        build_tiny_checkpoint("llama", ckpt, size)
+        build_tiny_checkpoint("llama", ckpt, SHAPES[args.shape]())
     cache = args.workdir / "exports"
     sago_fast.load_model(ckpt, cache_dir=cache).close()  # export once, outside the timing
     n_params = sum(p.numel() for p in AutoModelForCausalLM.from_pretrained(ckpt).parameters())
     print(
-        f"model: llama {n_params / 1e6:.1f}M params; dataset capitals, {args.limit} examples, k={args.k}; "
-        f"torch threads {torch.get_num_threads()}"
+        f"model: llama {n_params / 1e6:.1f}M params ({args.shape} shape, random weights); dataset capitals "
+        f"(4 options), {args.limit} examples, all families, k={args.k}; torch threads {torch.get_num_threads()}"
     )
-    results = {}
-    for name in ("sago", "reference", "sago", "reference"):  # interleaved, two rounds, keep the faster
-        db = args.workdir / f"{name}.duckdb"
-        db.unlink(missing_ok=True)
-        t0 = time.perf_counter()
-        if name == "sago":
-            result = run(
-                RunConfig(
-                    models=(str(ckpt),),
-                    datasets=("capitals",),
-                    db=db,
-                    limit=args.limit,
-                    variants_per_family=args.k,
-                    cache_dir=cache,
-                    stats=False,  # the reference computes no statistics either
-                ),
-                progress=False,
-            )
-            n = result.units[0].n_variants
-            with Store(db, read_only=True) as store:
-                answers = dict(
-                    store.query(
-                        "SELECT o.variant_id, o.answer_index FROM outputs o JOIN variants v USING (dataset_id, variant_id) "
-                        "WHERE v.is_canonical AND o.replicate = 0"
-                    )[1]
-                )
-        else:
-            n, answers = reference_pipeline(ckpt, "capitals", args.limit, args.k, db)
-        elapsed = time.perf_counter() - t0
-        results.setdefault(name, []).append((elapsed, n, answers))
-    sago_t = min(r[0] for r in results["sago"])
-    ref_t = min(r[0] for r in results["reference"])
+    results: dict[str, list[tuple[float, int, dict[str, int]]]] = {}
+    tokens: dict[str, tuple[int, int]] = {}
+    for _ in range(args.rounds):
+        for name in ("sago", "sago-before", "reference"):
+            db = args.workdir / f"{name}.duckdb"
+            db.unlink(missing_ok=True)
+            t0 = time.perf_counter()
+            if name.startswith("sago"):
+                counter = TokenCounter(before=name == "sago-before")
+                try:
+                    result = run(
+                        RunConfig(
+                            models=(str(ckpt),),
+                            datasets=("capitals",),
+                            db=db,
+                            limit=args.limit,
+                            variants_per_family=args.k,
+                            cache_dir=cache,
+                            stats=False,  # the reference computes no statistics either
+                        ),
+                        progress=False,
+                    )
+                finally:
+                    counter.close()
+                tokens[name] = (counter.tokens, counter.prompt_tokens)
+                n = result.units[0].n_variants
+                with Store(db, read_only=True) as store:
+                    answers = dict(
+                        store.query(
+                            "SELECT o.variant_id, o.answer_index FROM outputs o JOIN variants v USING (dataset_id, variant_id) "
+                            "WHERE v.is_canonical AND o.replicate = 0"
+                        )[1]
+                    )
+            else:
+                n, answers = reference_pipeline(ckpt, "capitals", args.limit, args.k, db)
+            results.setdefault(name, []).append((time.perf_counter() - t0, n, answers))
     n = results["sago"][0][1]
-    assert n == results["reference"][0][1], "the pipelines saw different variants"
-    same = results["sago"][0][2] == results["reference"][0][2]
-    print(f"canonical answers identical in both pipelines: {same}")
-    assert same, "sago and the reference disagree on canonical answers"
-    print(f"sago run     : {n / sago_t:7.1f} variants/s ({sago_t:.1f} s for {n} variants)")
-    print(f"reference    : {n / ref_t:7.1f} variants/s ({ref_t:.1f} s)")
-    print(f"ratio sago/reference: {ref_t / sago_t:.2f}x (best of 2 each)")
+    assert all(r[0][1] == n for r in results.values()), "the pipelines saw different variants"
+    same = all(r[0][2] == results["reference"][0][2] for r in results.values())
+    print(f"canonical answers identical in all pipelines: {same}")
+    assert same, "the pipelines disagree on canonical answers"
+    seconds = {name: statistics.median(r[0] for r in runs) for name, runs in results.items()}
+    for name, t in seconds.items():
+        line = f"{name:<12}: {n / t:7.1f} variants/s ({t:.1f} s for {n} variants, median of {args.rounds})"
+        if name in tokens:
+            processed, prompt = tokens[name]
+            line += f"; tokens through the model per variant {processed / n:.0f} = {processed / prompt:.2f}x the prompt"
+        print(line)
+    print(f"ratio sago/sago-before: {seconds['sago-before'] / seconds['sago']:.2f}x")
+    print(f"ratio sago/reference  : {seconds['reference'] / seconds['sago']:.2f}x")
 
 
 if __name__ == "__main__":

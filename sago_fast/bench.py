@@ -113,6 +113,65 @@ def _peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def _current_rss_mib() -> float:
+    """Resident memory now (Linux /proc; the peak where that is unavailable)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return _peak_rss_mib()
+
+
+def export_facts(model: Any, load_seconds: float, session_rss_mib: float) -> dict[str, Any]:
+    """Export/load time, cache bytes against the weight bytes at the export dtype, resident memory."""
+    entry = model.exported.path
+    files = [f for f in entry.iterdir() if f.is_file()]
+    graph = model.exported.model_path
+    shared = (
+        [] if graph.parent == entry else [f for f in graph.parent.iterdir() if f.name.startswith(graph.name)]
+    )
+    bytes_per_value = 2 if model.exported.manifest["dtype"] == "fp16" else 4
+    import onnx
+
+    n_values = sum(
+        int(np.prod(init.dims)) for init in onnx.load(str(graph), load_external_data=False).graph.initializer
+    )
+    weight_bytes = n_values * bytes_per_value
+    cache_bytes = sum(f.stat().st_size for f in files)
+    return {
+        "load_seconds": load_seconds,  # export included unless reused
+        "reused": model.exported.reused,
+        "reweighted": model.exported.reweighted,
+        "cache_bytes": cache_bytes,
+        "shared_graph_bytes": sum(f.stat().st_size for f in shared),
+        "weight_bytes": weight_bytes,
+        "cache_to_weights": cache_bytes / weight_bytes,
+        "session_rss_mib": session_rss_mib,
+        "session_rss_to_weights": session_rss_mib * 2**20 / weight_bytes,
+    }
+
+
+def scoring_facts(
+    model: Any, vocab: int, seed: int, prompt_len: int = 64, options: int = 4
+) -> dict[str, Any]:
+    """Tokens through the model per 4-option multiple-choice variant (3-token options) with one prefill
+    per prompt, against the prompt length (each (prompt, option) pair as a whole sequence: 1 + options)."""
+    rng = np.random.default_rng(seed)
+    prompts = rng.integers(3, vocab, size=(8, prompt_len)).tolist()
+    conts = [[rng.integers(3, vocab, size=3).tolist() for _ in range(options)] for _ in prompts]
+    processed = model.prefill(prompts, conts).tokens_processed / len(prompts)
+    return {
+        "prompt_len": prompt_len,
+        "options": options,
+        "option_tokens": 3,
+        "tokens_per_variant": processed,
+        "ratio_to_prompt": processed / prompt_len,
+        "whole_sequences_ratio_to_prompt": (prompt_len + options * (prompt_len + 3)) / prompt_len,
+    }
+
+
 def run_bench(
     checkpoint: str | os.PathLike[str], config: BenchConfig = BenchConfig(), cache_dir: Any = None
 ) -> dict[str, Any]:
@@ -125,7 +184,12 @@ def run_bench(
     from sago_fast.runtime.batching import BatchPolicy
     from sago_fast.runtime.generate import GenerationSettings
 
+    rss_before = _current_rss_mib()
+    started = time.perf_counter()
     sago = sago_fast.load_model(checkpoint, device=config.device, cache_dir=cache_dir)
+    load_seconds = time.perf_counter() - started
+    session_rss = _current_rss_mib() - rss_before
+    export = export_facts(sago, load_seconds, session_rss)
     cuda = sago.device == "cuda"
     if cuda:  # the reference runs without TF32
         torch.backends.cuda.matmul.allow_tf32 = False
@@ -231,6 +295,8 @@ def run_bench(
             "host_rss_mib": _peak_rss_mib(),
             "cuda_torch_mib": (torch.cuda.max_memory_allocated() / 2**20) if cuda else None,
         },
+        "export": export,
+        "scoring": scoring_facts(sago, vocab, config.seed),
         "results": [m.summary() for m in results],
     }
     sago.close()
@@ -250,6 +316,11 @@ def format_table(result: dict[str, Any]) -> list[str]:
     lines = [
         f"{result['model']['model_type']} {result['model']['parameters'] / 1e6:.1f}M params, {result['model']['dtype']}, "
         f"{result['provider']} ({result['hardware'].get('gpu') or result['hardware'].get('cpu_model')})",
+        f"load {result['export']['load_seconds']:.1f} s ({'reused' if result['export']['reused'] else 'exported'}), "
+        f"cache {result['export']['cache_bytes'] / 2**20:.0f} MiB = {result['export']['cache_to_weights']:.2f}x "
+        f"the weights, session {result['export']['session_rss_mib']:.0f} MiB resident; "
+        f"{result['scoring']['ratio_to_prompt']:.2f}x the prompt's tokens per 4-option variant "
+        f"(whole sequences: {result['scoring']['whole_sequences_ratio_to_prompt']:.2f}x)",
         f"{'job':<10} {'batch':>5} {'seq':>5} {'sago tok/s':>12} {'hf tok/s':>12} {'sago/hf':>8}",
     ]
     for r in result["results"]:

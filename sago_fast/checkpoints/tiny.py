@@ -45,6 +45,19 @@ class TinySize:
         )
 
     @classmethod
+    def smollm2_135m(cls) -> TinySize:
+        """SmolLM2-135M's dimensions (hidden 576, 30 layers, 9 heads / 3 KV heads, vocab 49,152), random."""
+        return cls(
+            hidden=576,
+            layers=30,
+            heads=9,
+            kv_heads=3,
+            intermediate=1536,
+            max_positions=2048,
+            vocab_size=49152,
+        )
+
+    @classmethod
     def bench_1b(cls) -> TinySize:
         """~1.07B-parameter Llama-style dimensions (hidden 2048, 20 layers, GQA 16/8 heads, vocab 32k),
         randomly initialised, for GPU throughput checks (``benchmarks/gpu_check.sh``)."""
@@ -110,6 +123,24 @@ def _gpt_neox(s: TinySize, vocab: int) -> dict[str, Any]:
         "intermediate_size": s.intermediate,
         "num_hidden_layers": s.layers,
         "num_attention_heads": s.heads,
+        "max_position_embeddings": s.max_positions,
+        "vocab_size": vocab,
+        **_special_ids(),
+    }
+
+
+@ARCHITECTURES.register("falcon")
+def _falcon(s: TinySize, vocab: int) -> dict[str, Any]:
+    """Falcon's new decoder architecture with grouped KV heads (the Falcon-40B/180B layout)."""
+    return {
+        "hidden_size": s.hidden,
+        "num_hidden_layers": s.layers,
+        "num_attention_heads": s.heads,
+        "num_kv_heads": s.kv_heads,
+        "new_decoder_architecture": True,
+        "alibi": False,
+        "bias": False,
+        "parallel_attn": True,
         "max_position_embeddings": s.max_positions,
         "vocab_size": vocab,
         **_special_ids(),

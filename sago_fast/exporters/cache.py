@@ -2,6 +2,11 @@
 
 Entries are written under a temporary name and renamed into place, under a file lock, so two processes
 exporting the same checkpoint do the work once and nobody ever sees a half-written entry.
+
+A checkpoint whose architecture and config match an exported one (its *graph signature*, see
+:mod:`sago_fast.exporters.reweight`) is not exported again: its entry holds its manifest, config and
+tokenizer and names the entry whose graph it shares (``graph_entry``); its own weights are read from its
+safetensors files when it is loaded. ``graphs/<signature>`` names the entry that holds each graph.
 """
 
 from __future__ import annotations
@@ -18,9 +23,16 @@ from typing import Any
 
 from filelock import FileLock
 
-from sago_fast.checkpoints.resolve import Checkpoint
+from sago_fast.checkpoints.resolve import CONFIG_FILE, TOKENIZER_FILES, Checkpoint
 from sago_fast.errors import ExportError
-from sago_fast.exporters.export import FORMAT_VERSION, MANIFEST_FILE, PROBE_FILE, export_checkpoint
+from sago_fast.exporters.export import (
+    FORMAT_VERSION,
+    MANIFEST_FILE,
+    MODEL_FILE,
+    eos_token_ids,
+    export_checkpoint,
+)
+from sago_fast.exporters.reweight import graph_signature, sibling_fits
 from sago_fast.paths import cache_root
 from sago_fast.runinfo import versions_of
 from sago_fast.types import ExportSettings
@@ -46,6 +58,9 @@ def export_key(checkpoint: Checkpoint, settings: ExportSettings) -> str:
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:32]
 
 
+GRAPHS_DIR = "graphs"
+
+
 @dataclass(frozen=True)
 class ExportedModel:
     """A complete export directory and its manifest."""
@@ -55,15 +70,28 @@ class ExportedModel:
     reused: bool  # True when the entry was already in the cache
 
     @property
-    def probe_path(self) -> Path:
-        return self.path / self.manifest["files"]["probe"]
+    def model_path(self) -> Path:
+        """The graph (``model.onnx``): the entry's own, or the one of the entry it shares a graph with."""
+        return _graph_path(self.path, self.manifest)
+
+    @property
+    def reweighted(self) -> bool:
+        """The graph is shared: load it with this checkpoint's weights (``manifest["reweight"]``)."""
+        return self.manifest.get("graph_entry") is not None
+
+
+def _graph_path(path: Path, manifest: dict[str, Any]) -> Path:
+    entry = manifest.get("graph_entry")
+    folder = path if entry is None else path.parent / entry
+    return folder / manifest["files"]["model"]
 
 
 def _read_entry(path: Path) -> dict[str, Any] | None:
     manifest_file = path / MANIFEST_FILE
-    if not (manifest_file.is_file() and (path / PROBE_FILE).is_file()):
+    if not manifest_file.is_file():
         return None
-    return json.loads(manifest_file.read_text(encoding="utf-8"))
+    manifest = json.loads(manifest_file.read_text(encoding="utf-8"))
+    return manifest if _graph_path(path, manifest).is_file() else None
 
 
 class ExportCache:
@@ -76,8 +104,10 @@ class ExportCache:
         return self.root / key
 
     def get_or_export(
-        self, checkpoint: Checkpoint, settings: ExportSettings = ExportSettings()
+        self, checkpoint: Checkpoint, settings: ExportSettings = ExportSettings(), *, reweight: bool = True
     ) -> ExportedModel:
+        """The entry of ``checkpoint``; exported when absent, or sharing the graph of an exported sibling
+        (same graph signature) when ``reweight`` and the sibling's graph allows it."""
         key = export_key(checkpoint, settings)
         final = self.entry_path(key)
         manifest = _read_entry(final)
@@ -88,16 +118,64 @@ class ExportCache:
             manifest = _read_entry(final)  # another process may have finished while we waited
             if manifest is not None:
                 return ExportedModel(final, manifest, reused=True)
+            signature = graph_signature(checkpoint, settings, FORMAT_VERSION, versions_of(KEYED_PACKAGES))
+            base = self._graph_entry(signature) if reweight else None
             tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{key}-", dir=self.root))
             try:
-                manifest = export_checkpoint(checkpoint, tmp, settings, key)
+                if base is not None and sibling_fits(checkpoint, base[1]["reweight"]):
+                    manifest = _sibling_entry(checkpoint, tmp, base, key)
+                    log.info(
+                        "%s shares the graph of %s (re-weighted, not exported)", checkpoint.path, base[0]
+                    )
+                else:
+                    manifest = export_checkpoint(checkpoint, tmp, settings, key)
                 if final.exists():  # a stale, incomplete entry from an older version
                     shutil.rmtree(final)
                 os.replace(tmp, final)
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)
-        log.info("exported %s -> %s", checkpoint.path, final)
+            if manifest.get("graph_entry") is None and manifest.get("reweight"):
+                self._record_graph(signature, key)
+        log.info("cached %s -> %s", checkpoint.path, final)
         return ExportedModel(final, manifest, reused=False)
+
+    def _graph_entry(self, signature: str) -> tuple[str, dict[str, Any]] | None:
+        """(key, manifest) of the entry holding the graph of ``signature``, if it is complete."""
+        index = self.root / GRAPHS_DIR / signature
+        if not index.is_file():
+            return None
+        key = index.read_text(encoding="utf-8").strip()
+        manifest = _read_entry(self.entry_path(key))
+        if manifest is None or manifest.get("graph_entry") is not None or not manifest.get("reweight"):
+            return None
+        return key, manifest
+
+    def _record_graph(self, signature: str, key: str) -> None:
+        folder = self.root / GRAPHS_DIR
+        folder.mkdir(exist_ok=True)
+        tmp = folder / f".{signature}.{os.getpid()}"
+        tmp.write_text(key, encoding="utf-8")
+        os.replace(tmp, folder / signature)
+
+
+def _sibling_entry(
+    checkpoint: Checkpoint, out_dir: Path, base: tuple[str, dict[str, Any]], key: str
+) -> dict[str, Any]:
+    """The entry of a checkpoint that shares ``base``'s graph: manifest, config and tokenizer files."""
+    base_key, base_manifest = base
+    for name in (CONFIG_FILE, *TOKENIZER_FILES, "generation_config.json"):
+        if (checkpoint.path / name).is_file():
+            shutil.copy2(checkpoint.path / name, out_dir / name)
+    manifest = {
+        **base_manifest,
+        "key": key,
+        "checkpoint": str(checkpoint.path),
+        "content_hash": checkpoint.content_hash,
+        "eos_token_ids": eos_token_ids(checkpoint.path),
+        "graph_entry": base_key,
+    }
+    (out_dir / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2), encoding="utf-8")
+    return manifest
 
 
 def copy_export(exported: ExportedModel, out_dir: Path) -> Path:
@@ -106,7 +184,13 @@ def copy_export(exported: ExportedModel, out_dir: Path) -> Path:
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
     try:
+        if exported.reweighted:  # a standalone graph: the shared one with this checkpoint's weights
+            _write_reweighted_graph(exported, tmp / MODEL_FILE)
+            manifest = {k: v for k, v in exported.manifest.items() if k != "graph_entry"}
+            (tmp / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2), encoding="utf-8")
         for item in exported.path.iterdir():
+            if (tmp / item.name).exists():
+                continue
             target = tmp / item.name
             try:
                 os.link(item, target)
@@ -120,3 +204,26 @@ def copy_export(exported: ExportedModel, out_dir: Path) -> Path:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return out_dir
+
+
+def _write_reweighted_graph(exported: ExportedModel, out: Path) -> None:
+    """The shared graph with the checkpoint's own tensors in place of its initializers of the same names."""
+    import onnx
+    from onnx import numpy_helper
+
+    from sago_fast.exporters.reweight import WEIGHTS_SUFFIX, load_arrays
+
+    model = onnx.load(str(exported.model_path))
+    names = exported.manifest["reweight"]["names"]
+    arrays = load_arrays(Path(exported.manifest["checkpoint"]), names, exported.manifest["dtype"])
+    for init in model.graph.initializer:
+        if init.name in arrays:
+            init.CopyFrom(numpy_helper.from_array(arrays[init.name], init.name))
+    onnx.save(
+        model,
+        str(out),
+        save_as_external_data=True,
+        all_tensors_to_one_file=True,
+        location=out.name + WEIGHTS_SUFFIX,
+        size_threshold=0,
+    )

@@ -1,4 +1,5 @@
-"""Export one checkpoint's graphs (probe, score, decode) into a directory (the cache decides where and when)."""
+"""Export one checkpoint's graph (``model.onnx``: prefill, scoring and decoding in one graph, so the weights
+are written and loaded once) into a directory; the cache decides where and when."""
 
 from __future__ import annotations
 
@@ -11,17 +12,15 @@ from typing import Any
 
 from sago_fast.checkpoints.resolve import CONFIG_FILE, TOKENIZER_FILES, Checkpoint
 from sago_fast.errors import ExportError
-from sago_fast.exporters.decode import decode_config
-from sago_fast.exporters.pooled import INPUT_NAMES, OUTPUT_NAMES, pooled_probe_config, target_logprob_config
+from sago_fast.exporters.reweight import finalize_graph, make_parameters_distinct, reweightable_initializers
+from sago_fast.exporters.unified import OUTPUT_NAMES, unified_config
 from sago_fast.types import ExportSettings
 
 log = logging.getLogger(__name__)
 
-PROBE_FILE = "probe.onnx"
-SCORE_FILE = "score.onnx"
-DECODE_FILE = "decode.onnx"
+MODEL_FILE = "model.onnx"
 MANIFEST_FILE = "manifest.json"
-FORMAT_VERSION = 3  # bump when the graph's inputs/outputs or semantics change
+FORMAT_VERSION = 4  # bump when the graph's inputs/outputs or semantics change
 
 
 def _max_positions(config: Any) -> int | None:
@@ -32,13 +31,53 @@ def _max_positions(config: Any) -> int | None:
     return None
 
 
-def _eos_token_ids(model: Any) -> list[int]:
-    """End-of-sequence ids greedy decoding stops at: the generation config's, else the model config's."""
-    for source in (getattr(model, "generation_config", None), model.config):
-        value = getattr(source, "eos_token_id", None)
-        if value is not None:
-            return [int(v) for v in (value if isinstance(value, (list, tuple)) else [value])]
+def eos_token_ids(folder: Path) -> list[int]:
+    """End-of-sequence ids greedy decoding stops at: generation_config.json's, else config.json's."""
+    for name in ("generation_config.json", CONFIG_FILE):
+        file = folder / name
+        if file.is_file():
+            value = json.loads(file.read_text(encoding="utf-8")).get("eos_token_id")
+            if value is not None:
+                return [int(v) for v in (value if isinstance(value, (list, tuple)) else [value])]
     return []
+
+
+def _export_graph(model: Any, path: Path, settings: ExportSettings, checkpoint: Checkpoint) -> bool:
+    """Export the unified graph to ``path``; returns whether it has a KV cache.
+
+    No constant folding: initializers keep the checkpoint's parameter names (siblings re-weight them by
+    name) and a tied output matrix is stored once. When the graph with past inputs cannot be exported,
+    the graph without them is (prefills and whole-sequence scoring work; generation is refused)."""
+    from optimum.exporters.onnx import export as optimum_export
+
+    def export(with_past: bool) -> None:
+        optimum_export(
+            model,
+            unified_config(model, float_dtype=settings.dtype, with_past=with_past),
+            path,
+            opset=settings.opset,
+            disable_dynamic_axes_fix=True,
+            do_constant_folding=False,
+        )
+
+    originals = make_parameters_distinct(model)  # equal initializers would be merged, losing their names
+    try:
+        export(with_past=True)
+        kv_cache = True
+    except Exception as exc:
+        log.warning(
+            "%s: the graph with a KV cache could not be exported (%s: %s); exporting it without one: "
+            "options are scored as whole sequences and generation tasks are refused",
+            checkpoint.path,
+            type(exc).__name__,
+            str(exc).splitlines()[0][:200] if str(exc) else "",
+        )
+        for leftover in path.parent.glob(path.name + "*"):
+            leftover.unlink()
+        export(with_past=False)
+        kv_cache = False
+    finalize_graph(model, path, originals)
+    return kv_cache
 
 
 def export_checkpoint(
@@ -46,11 +85,10 @@ def export_checkpoint(
 ) -> dict[str, Any]:
     """Export ``checkpoint`` to ``out_dir`` (which must be empty or absent); returns the manifest.
 
-    Writes ``probe.onnx``, ``score.onnx`` and ``decode.onnx`` (+ external data for large models), the tokenizer and config files, and
-    ``manifest.json`` describing the graph. Any exporter failure becomes an :class:`ExportError`.
+    Writes ``model.onnx`` (+ one external data file for models over 2 GB), the tokenizer and config
+    files, and ``manifest.json`` describing the graph. Any exporter failure becomes an :class:`ExportError`.
     """
     import torch
-    from optimum.exporters.onnx import export as optimum_export
     from transformers import AutoModelForCausalLM
 
     torch_dtype = torch.float16 if settings.dtype == "fp16" else torch.float32
@@ -60,29 +98,16 @@ def export_checkpoint(
         ).eval()
     except Exception as exc:
         raise ExportError(f"{checkpoint.path}: transformers cannot load this checkpoint ({exc})") from None
-    config = pooled_probe_config(model, float_dtype=settings.dtype)
     out_dir.mkdir(parents=True, exist_ok=True)
     log.info("exporting %s (%s, %s) to ONNX", checkpoint.path, checkpoint.model_type, settings.dtype)
     try:
         with warnings.catch_warnings():
             # the TorchScript tracer warns about every Python branch it freezes; parity tests cover them
             warnings.simplefilter("ignore")
-            optimum_export(
-                model, config, out_dir / PROBE_FILE, opset=settings.opset, disable_dynamic_axes_fix=True
-            )
-            score_config = target_logprob_config(model, float_dtype=settings.dtype)
-            optimum_export(
-                model, score_config, out_dir / SCORE_FILE, opset=settings.opset, disable_dynamic_axes_fix=True
-            )
-            optimum_export(
-                model,
-                decode_config(model, float_dtype=settings.dtype),
-                out_dir / DECODE_FILE,
-                opset=settings.opset,
-                disable_dynamic_axes_fix=True,
-            )
+            kv_cache = _export_graph(model, out_dir / MODEL_FILE, settings, checkpoint)
     except Exception as exc:
         raise ExportError(f"{checkpoint.path}: ONNX export failed ({type(exc).__name__}: {exc})") from exc
+    reweight = reweightable_initializers(model, out_dir / MODEL_FILE, checkpoint)
 
     for name in (CONFIG_FILE, *TOKENIZER_FILES, "generation_config.json"):
         if (checkpoint.path / name).is_file():
@@ -98,10 +123,11 @@ def export_checkpoint(
         "d_model": int(model.config.hidden_size),
         "vocab_size": int(model.get_output_embeddings().weight.shape[0]),
         "max_positions": _max_positions(model.config),
-        "inputs": list(INPUT_NAMES),
         "outputs": list(OUTPUT_NAMES),
-        "eos_token_ids": _eos_token_ids(model),
-        "files": {"probe": PROBE_FILE, "score": SCORE_FILE, "decode": DECODE_FILE},
+        "eos_token_ids": eos_token_ids(checkpoint.path),
+        "files": {"model": MODEL_FILE},
+        "kv_cache": kv_cache,
+        "reweight": reweight,
     }
     (out_dir / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2), encoding="utf-8")
     return manifest

@@ -53,8 +53,12 @@ def unified_forward(
     attention_mask: torch.Tensor,
     past_key_values: Any,
     target_ids: torch.Tensor,
+    with_past: bool = True,
 ) -> dict[str, Any]:
-    """The graph's computation (see the module docstring); also the eager reference in tests."""
+    """The graph's computation (see the module docstring); also the eager reference in tests.
+
+    with_past=False: the graph of an architecture whose cached graph cannot be exported (no past inputs,
+    no present outputs: prefills and whole-sequence scoring only)."""
     mask = attention_mask.to(torch.int64)  # (batch, past + new)
     new = torch.ones_like(input_ids[0]).sum()
     positions = (mask.cumsum(-1) - 1).clamp(min=0)  # (batch, past + new)
@@ -65,7 +69,7 @@ def unified_forward(
         "attention_mask": mask,
         "position_ids": position_ids,
         "past_key_values": preprocess_past_key_values(past_key_values) if past_key_values else None,
-        "use_cache": True,
+        "use_cache": with_past,
         "output_hidden_states": True,
         "return_dict": True,
     }
@@ -95,17 +99,43 @@ def unified_forward(
     target_logits = model.get_output_embeddings()(scoring).to(torch.float32)  # (batch, T, vocab)
     target_logp = torch.gather(torch.log_softmax(target_logits, -1), 2, target_ids.unsqueeze(-1)).squeeze(-1)
 
-    cache = out.past_key_values
-    legacy = cache.to_legacy_cache() if hasattr(cache, "to_legacy_cache") else cache
-    return {
+    result: dict[str, Any] = {
         "next_tokens": best,
         "next_logprob": torch.gather(next_logprobs, 1, best.unsqueeze(-1)).squeeze(-1),
-        "past_key_values": tuple((key, value) for key, value in legacy),
+    }
+    if with_past:
+        result["past_key_values"] = _legacy(out.past_key_values)
+    return {
+        **result,
         "hidden_last": torch.stack(last),
         "hidden_mean": torch.stack(mean),
         "next_logprobs": next_logprobs,
         "target_logprobs": target_logp,
     }
+
+
+def _legacy(cache: Any) -> tuple[tuple[torch.Tensor, torch.Tensor], ...]:
+    legacy = cache.to_legacy_cache() if hasattr(cache, "to_legacy_cache") else cache
+    return tuple((key, value) for key, value in legacy)
+
+
+def cache_like(model: Any, batch: int, past: int) -> tuple[tuple[torch.Tensor, torch.Tensor], ...]:
+    """Random past key/values shaped exactly as ``model`` caches them (found by running it once).
+
+    Optimum's generators shape the past from the config, which is wrong for some layouts: Falcon's new
+    decoder architecture caches keys broadcast to all attention heads, not ``num_kv_heads``."""
+    generator = torch.Generator().manual_seed(0)
+    vocab = int(model.get_output_embeddings().weight.shape[0])
+    ids = torch.randint(0, vocab, (batch, past), generator=generator)
+    with torch.no_grad():
+        out = model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=True)
+    return tuple(
+        (
+            torch.randn(k.shape, generator=generator).to(k.dtype),
+            torch.randn(v.shape, generator=generator).to(v.dtype),
+        )
+        for k, v in _legacy(out.past_key_values)
+    )
 
 
 class UnifiedPatcher(ModelPatcher):
@@ -121,13 +151,15 @@ class UnifiedPatcher(ModelPatcher):
             target_ids: torch.Tensor | None = None,
             **_: Any,
         ) -> Any:
-            return unified_forward(model, input_ids, attention_mask, past_key_values, target_ids)
+            with_past = bool(getattr(config, "use_past_in_inputs", True))
+            return unified_forward(model, input_ids, attention_mask, past_key_values, target_ids, with_past)
 
         self.patched_forward = patched_forward
 
 
-def unified_config(model: Any, float_dtype: str = "fp32") -> Any:
-    """OnnxConfig of the unified graph (inputs/outputs in the module docstring)."""
+def unified_config(model: Any, float_dtype: str = "fp32", with_past: bool = True) -> Any:
+    """OnnxConfig of the unified graph (inputs/outputs in the module docstring); ``with_past=False``:
+    without past inputs and present outputs."""
     base = base_onnx_config_class(model)
 
     class UnifiedOnnxConfig(base):  # type: ignore[misc, valid-type]
@@ -139,7 +171,8 @@ def unified_config(model: Any, float_dtype: str = "fp32") -> Any:
                 input_ids={0: "batch_size", 1: "sequence_length"},
                 attention_mask={0: "batch_size", 1: "past_sequence_length + sequence_length"},
             )
-            self.add_past_key_values(common, direction="inputs")
+            if self.use_past_in_inputs:
+                self.add_past_key_values(common, direction="inputs")
             if not getattr(self, "_base_dummies", False):
                 common["target_ids"] = {0: "batch_size", 1: "target_length"}
             return common
@@ -149,7 +182,8 @@ def unified_config(model: Any, float_dtype: str = "fp32") -> Any:
             common: dict[str, dict[int, str]] = OrderedDict(
                 next_tokens={0: "batch_size"}, next_logprob={0: "batch_size"}
             )
-            self.add_past_key_values(common, direction="outputs")
+            if self.use_past_in_inputs:
+                self.add_past_key_values(common, direction="outputs")
             common["hidden_last"] = {1: "batch_size"}
             common["hidden_mean"] = {1: "batch_size"}
             common["next_logprobs"] = {0: "batch_size"}
@@ -166,18 +200,18 @@ def unified_config(model: Any, float_dtype: str = "fp32") -> Any:
             mask = torch.ones_like(dummy["attention_mask"])
             mask[0, : max(1, mask.shape[1] // 4)] = 0
             ids = dummy["input_ids"]
-            mask[1, mask.shape[1] - ids.shape[1]] = 0  # a left-padded new block after a cached prefix
-            return {
-                "input_ids": ids,
-                "attention_mask": mask,
-                "past_key_values": dummy["past_key_values"],
-                "target_ids": ids[:, -3:].clone(),
-            }
+            inputs: dict[str, Any] = {"input_ids": ids, "attention_mask": mask}  # the forward's order
+            if self.use_past_in_inputs:
+                mask[1, mask.shape[1] - ids.shape[1]] = 0  # a left-padded new block after a cached prefix
+                past = mask.shape[1] - ids.shape[1]
+                inputs["past_key_values"] = cache_like(model, ids.shape[0], past)
+            inputs["target_ids"] = ids[:, -3:].clone()
+            return inputs
 
         def ordered_inputs(self, model: Any) -> dict[str, dict[int, str]]:
             return self.inputs
 
     UnifiedOnnxConfig.__name__ = f"Unified{base.__name__}"
     return UnifiedOnnxConfig(
-        model.config, task=TASK, float_dtype=float_dtype, use_past=True, use_past_in_inputs=True
+        model.config, task=TASK, float_dtype=float_dtype, use_past=with_past, use_past_in_inputs=with_past
     )

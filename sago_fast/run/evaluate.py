@@ -90,10 +90,8 @@ def evaluate_unit(
     prompts = model_prompts(model.tokenizer, variants, settings.prompt_format)
     token_ids = prompts.token_ids(model.tokenizer)
     check_fits(model, data, variants, token_ids, generation)
-    probe = model.probe_ids(token_ids)  # hidden (L+1, Nv, d), next_logprobs (Nv, vocab)
-    unit_answers = answer_unit(
-        model, data.examples, variants, prompts, token_ids, settings, probe.next_logprobs
-    )
+    unit_answers = answer_unit(model, data.examples, variants, prompts, token_ids, settings)
+    probe = unit_answers.probe  # hidden (L+1, Nv, d), next_logprobs (Nv, vocab)
     answers = unit_answers.primary
     tables = UnitTables()
     tables.outputs = output_columns(model, examples, variants, unit_answers, probe, replicate=0)
@@ -276,10 +274,8 @@ def _replicate(
     try:
         prompts = model_prompts(model.tokenizer, canonical, settings.prompt_format)
         token_ids = prompts.token_ids(model.tokenizer)
-        again = model.probe_ids(token_ids)
-        answers = answer_unit(
-            model, data.examples, canonical, prompts, token_ids, settings, again.next_logprobs
-        )
+        answers = answer_unit(model, data.examples, canonical, prompts, token_ids, settings)
+        again = answers.probe
     finally:
         model.batch_policy = saved
     examples = {e.example_id: e for e in data.examples}

@@ -1,6 +1,8 @@
 """Every variant's answer: option scoring under each answer mode, or greedy generation, on model prompts.
 
-The answer the axes read is the *primary* one: the run's answer mode for multiple-choice and pairwise
+Each prompt goes through the model once: that prefill gives the probe (pooled hidden states, next-token
+distribution) and the KV cache every option, label and reference is scored on, and greedy generation
+continues from it. The answer the axes read is the *primary* one: the run's answer mode for multiple-choice and pairwise
 variants, the generated answer for generation tasks. Every mode's answer is kept too (``by_mode``), so
 the modes can be compared on the same variants.
 """
@@ -13,17 +15,19 @@ from typing import Any
 
 import numpy as np
 
-from sago_fast.runtime.free_answers import FreeAnswer, answer_generations
+from sago_fast.runtime.free_answers import FreeAnswer, free_answers, reference_pairs
 from sago_fast.runtime.generate import GenerationSettings
 from sago_fast.runtime.options import (
     ANSWER_MODES,
     DEFAULT_ANSWER_MODE,
     OptionAnswer,
-    answer_modes,
+    answers_from_scores,
     check_answer_mode,
+    option_pairs,
 )
 from sago_fast.runtime.prompting import ModelPrompts, PromptFormat
-from sago_fast.types import Example, Variant
+from sago_fast.runtime.scoring import score_pairs
+from sago_fast.types import Example, ProbeResult, Variant
 
 AnyAnswer = OptionAnswer | FreeAnswer
 
@@ -47,10 +51,13 @@ class AnswerSettings:
 @dataclass(frozen=True)
 class UnitAnswers:
     """primary[i]: variant i's answer under the run's mode (or generated); by_mode[i]: every mode's
-    answer for option variants, {} for generation variants."""
+    answer for option variants, {} for generation variants; probe: the prefill of every prompt (pooled
+    hidden states, next-token distribution), in variant order; tokens_processed: tokens through the graph."""
 
     primary: list[AnyAnswer]
     by_mode: list[dict[str, OptionAnswer]]
+    probe: ProbeResult
+    tokens_processed: int
 
 
 def answer_unit(
@@ -60,42 +67,59 @@ def answer_unit(
     prompts: ModelPrompts,
     token_ids: Sequence[Sequence[int]],
     settings: AnswerSettings,
-    next_logprobs: np.ndarray | None = None,
     modes: Sequence[str] = ANSWER_MODES,
 ) -> UnitAnswers:
-    """Answer every variant on its model prompt; ``token_ids`` (and the probe's ``next_logprobs``, (n,
-    vocab)) belong to ``prompts``. modes: the answer modes computed (the run's mode always is)."""
+    """Probe and answer every variant with one prefill per prompt: options and labels are scored on its
+    cache, generations continue from it. ``token_ids`` belong to ``prompts``. modes: the answer modes
+    computed (the run's mode always is)."""
     modes = tuple(dict.fromkeys([*modes, settings.answer_mode]))
     by_id = {e.example_id: e for e in examples}
-    with_options = [i for i, v in enumerate(variants) if by_id[v.example_id].has_options]
-    free = [i for i, v in enumerate(variants) if not by_id[v.example_id].has_options]
+    groups = (
+        [i for i, v in enumerate(variants) if by_id[v.example_id].has_options],
+        [i for i, v in enumerate(variants) if not by_id[v.example_id].has_options],
+    )
     primary: list[Any] = [None] * len(variants)
     by_mode: list[dict[str, OptionAnswer]] = [{} for _ in variants]
-    if with_options:
-        chosen = answer_modes(
-            model,
-            examples,
-            [variants[i] for i in with_options],
-            ModelPrompts(tuple(prompts.texts[i] for i in with_options), prompts.chat),
-            modes=modes,
-            prompt_ids=[token_ids[i] for i in with_options],
-            next_logprobs=None if next_logprobs is None else next_logprobs[with_options],
-        )
-        for i, answers in zip(with_options, chosen, strict=True):
-            primary[i] = answers[settings.answer_mode]
-            by_mode[i] = answers
-    if free:
-        generated = answer_generations(
-            model,
-            examples,
-            [variants[i] for i in free],
-            settings.generation,
-            [token_ids[i] for i in free],
-            ModelPrompts(tuple(prompts.texts[i] for i in free), prompts.chat),
-        )
-        for i, answer in zip(free, generated, strict=True):
-            primary[i] = answer
-    return UnitAnswers(primary, by_mode)
+    parts: list[tuple[list[int], ProbeResult]] = []
+    processed = 0
+    for index, rows in enumerate(groups):
+        if not rows:
+            continue
+        sub_variants = [variants[i] for i in rows]
+        sub_prompts = ModelPrompts(tuple(prompts.texts[i] for i in rows), prompts.chat)
+        sub_ids = [token_ids[i] for i in rows]
+        if index == 0:  # multiple choice and pairwise: every mode's options and labels
+            pairs = option_pairs(examples, sub_variants, sub_prompts, modes)
+            loglik, prefill = score_pairs(model, sub_prompts, sub_ids, pairs.rows, pairs.continuations)
+            for i, answers in zip(
+                rows, answers_from_scores(examples, sub_variants, pairs, loglik), strict=True
+            ):
+                primary[i] = answers[settings.answer_mode]
+                by_mode[i] = answers
+        else:  # generation tasks: references scored on the cache, greedy decoding from it
+            ref_rows, refs = reference_pairs(examples, sub_variants, sub_prompts.delimiter)
+            loglik, prefill = score_pairs(model, sub_prompts, sub_ids, ref_rows, refs, settings.generation)
+            generated = free_answers(model, examples, sub_variants, prefill.generations, ref_rows, loglik)
+            for i, answer in zip(rows, generated, strict=True):
+                primary[i] = answer
+        parts.append((rows, prefill.probe))
+        processed += prefill.tokens_processed
+    return UnitAnswers(primary, by_mode, _merge_probes(parts, len(variants)), processed)
+
+
+def _merge_probes(parts: list[tuple[list[int], ProbeResult]], n: int) -> ProbeResult:
+    """One ProbeResult in variant order from the probes of disjoint row groups."""
+    first = parts[0][1]
+    hidden_last = np.empty((first.hidden_last.shape[0], n, first.hidden_last.shape[2]), dtype=np.float32)
+    hidden_mean = np.empty_like(hidden_last)
+    next_logprobs = np.empty((n, first.next_logprobs.shape[1]), dtype=np.float32)
+    n_tokens = np.empty(n, dtype=np.int64)
+    for rows, probe in parts:
+        hidden_last[:, rows] = probe.hidden_last
+        hidden_mean[:, rows] = probe.hidden_mean
+        next_logprobs[rows] = probe.next_logprobs
+        n_tokens[rows] = probe.n_tokens
+    return ProbeResult(hidden_last, hidden_mean, next_logprobs, n_tokens)
 
 
 def answer_all(

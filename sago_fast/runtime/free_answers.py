@@ -22,7 +22,7 @@ import numpy as np
 from sago_fast.kernels.agreement import answer_key
 from sago_fast.runtime.generate import Generation, GenerationSettings
 from sago_fast.runtime.prompting import ModelPrompts
-from sago_fast.runtime.scoring import score_continuations
+from sago_fast.runtime.scoring import score_pairs
 from sago_fast.types import Example, Variant
 
 _LABEL = re.compile(r"^(?:the\s+)?(?:final\s+)?answer\b(?:\s+is\b)?\s*[:\-]?\s*", re.IGNORECASE)
@@ -52,38 +52,31 @@ def is_correct(answer: str, references: Sequence[str]) -> bool:
     return bool(key) and any(key == answer_key(ref) for ref in references)
 
 
-def answer_generations(
+def reference_pairs(
+    examples: Sequence[Example], variants: Sequence[Variant], delimiter: str
+) -> tuple[list[int], list[str]]:
+    """(variant row, delimiter + reference) for every reference answer of every variant."""
+    by_id = {e.example_id: e for e in examples}
+    rows, continuations = [], []
+    for index, variant in enumerate(variants):
+        for reference in by_id[variant.example_id].answers:
+            rows.append(index)
+            continuations.append(delimiter + reference)
+    return rows, continuations
+
+
+def free_answers(
     model: Any,
     examples: Sequence[Example],
     variants: Sequence[Variant],
-    settings: GenerationSettings,
-    token_ids: Sequence[Sequence[int]] | None = None,
-    prompts: ModelPrompts | None = None,
+    generations: Sequence[Generation],
+    rows: Sequence[int],
+    loglik: np.ndarray,
 ) -> list[FreeAnswer]:
-    """Generate, extract and score every (generation-task) variant.
-
-    prompts: what the model reads (default: each variant's plain prompt); token_ids: those prompts'
-    ids when already tokenised."""
+    """Extract, compare and score each variant's generation; ``loglik`` of its references (``rows``)."""
     by_id = {e.example_id: e for e in examples}
-    prompts = prompts or ModelPrompts(tuple(v.prompt for v in variants), chat=False)
-    if token_ids is None:
-        token_ids = (
-            model.tokenize(list(prompts.texts), reserve=settings.max_new_tokens)
-            if prompts.add_special_tokens
-            else prompts.token_ids(model.tokenizer)
-        )
-    generations = model.generate_ids(token_ids, settings)
-    contexts, continuations, owner = [], [], []
-    for index, variant in enumerate(variants):
-        for reference in by_id[variant.example_id].answers:
-            contexts.append(prompts.texts[index])
-            continuations.append(prompts.delimiter + reference)
-            owner.append(index)
-    loglik = score_continuations(
-        model, contexts, continuations, prompts.move_whitespace, prompts.add_special_tokens
-    ).loglik
     best = np.full(len(variants), -np.inf)
-    np.maximum.at(best, np.asarray(owner, dtype=np.int64), loglik)
+    np.maximum.at(best, np.asarray(rows, dtype=np.int64), loglik)
     # every generated text tokenised in one call (for token-F1 between variants)
     text_token_ids = model.tokenizer([g.text for g in generations], add_special_tokens=False)["input_ids"]
     answers = []
@@ -102,3 +95,28 @@ def answer_generations(
             )
         )
     return answers
+
+
+def answer_generations(
+    model: Any,
+    examples: Sequence[Example],
+    variants: Sequence[Variant],
+    settings: GenerationSettings,
+    token_ids: Sequence[Sequence[int]] | None = None,
+    prompts: ModelPrompts | None = None,
+) -> list[FreeAnswer]:
+    """Generate, extract and score every (generation-task) variant: one prefill per prompt, from which
+    the references are scored and greedy decoding continues.
+
+    prompts: what the model reads (default: each variant's plain prompt); token_ids: those prompts'
+    ids when already tokenised."""
+    prompts = prompts or ModelPrompts(tuple(v.prompt for v in variants), chat=False)
+    if token_ids is None:
+        token_ids = (
+            model.tokenize(list(prompts.texts), reserve=settings.max_new_tokens)
+            if prompts.add_special_tokens
+            else prompts.token_ids(model.tokenizer)
+        )
+    rows, continuations = reference_pairs(examples, variants, prompts.delimiter)
+    loglik, prefill = score_pairs(model, prompts, token_ids, rows, continuations, settings)
+    return free_answers(model, examples, variants, prefill.generations, rows, loglik)

@@ -1,7 +1,8 @@
-"""Greedy decoding over the decode graph (``decode.onnx``): batched, KV cache kept between steps.
+"""Greedy decoding over the model graph (``model.onnx``): batched, KV cache kept between steps.
 
-Every step feeds the new tokens, the grown attention mask and the previous step's ``present.*`` tensors
-back as ``past_key_values.*``; only the chosen token ids (batch,) and their log-probs come out. A row
+The first step is the prompts' prefill (its outputs can be handed to ``on_prefill``: pooled hidden
+states, next-token distribution, KV cache); every later step feeds the new tokens, the grown attention
+mask and the previous step's ``present.*`` tensors back as ``past_key_values.*``. A row
 stops at an end-of-sequence token, when its decoded text contains a stop string, or after
 ``max_new_tokens``; finished rows leave the batch (their cache rows are dropped), so a long answer does
 not make the short ones pay for it.
@@ -75,15 +76,22 @@ class _Row:
     reason: str = "length"
 
 
-def _empty_past(session: object, batch: int) -> dict[str, np.ndarray]:
-    """Zero-length past tensors (batch, kv_heads, 0, head_dim) for the prompt step."""
-    feeds = {}
+PrefillHook = Callable[[np.ndarray, np.ndarray, np.ndarray, dict[str, np.ndarray]], None]
+
+
+def prefill_feeds(session: object, ids: np.ndarray, mask: np.ndarray) -> dict[str, np.ndarray]:
+    """Feeds of a prompt step: zero-length past tensors (batch, kv_heads, 0, head_dim), no targets."""
+    feeds = {"input_ids": ids, "attention_mask": mask, "target_ids": np.zeros((len(ids), 0), dtype=np.int64)}
     for spec in session.get_inputs():  # type: ignore[attr-defined]
         if spec.name.startswith("past_key_values."):
             heads, head_dim = int(spec.shape[1]), int(spec.shape[3])
             dtype = np.float16 if "float16" in spec.type else np.float32
-            feeds[spec.name] = np.zeros((batch, heads, 0, head_dim), dtype=dtype)
+            feeds[spec.name] = np.zeros((len(ids), heads, 0, head_dim), dtype=dtype)
     return feeds
+
+
+def _present_names(session: object) -> list[str]:
+    return [o.name for o in session.get_outputs() if o.name.startswith("present.")]  # type: ignore[attr-defined]
 
 
 def greedy_generate(
@@ -98,6 +106,7 @@ def greedy_generate(
     io_binding: str | None = None,
     on_oom: Callable[[int], None] | None = None,
     on_batch: Callable[[int, int], None] | None = None,
+    on_prefill: PrefillHook | None = None,
 ) -> list[Generation]:
     """Greedy continuations of already tokenised prompts, in input order.
 
@@ -106,11 +115,9 @@ def greedy_generate(
     what its prompt generates alone. ``io_binding`` ("cuda" or "cpu") keeps the KV cache in ORT-owned
     device memory between steps (only the chosen token ids are copied to the host); a batch that runs
     out of device memory is generated as two halves (``on_oom`` hears of the failed size). ``on_batch``
-    hears (prompts done, tokens processed) after every batch.
+    hears (prompts done, tokens processed) after every batch; ``on_prefill(batch, ids, mask, outputs)``
+    gets every output of each batch's prompt step (host arrays), before decoding goes on from its cache.
     """
-    output_names = [o.name for o in session.get_outputs()]  # type: ignore[attr-defined]
-    # outputs: next_tokens, next_logprob, present.* (fed back as past_key_values.* in the same order)
-    past_names = [name.replace("present.", "past_key_values.", 1) for name in output_names[2:]]
     eos = set(eos_ids) if settings.stop_at_eos else set()
     lengths = np.array([len(ids) + settings.max_new_tokens for ids in token_ids], dtype=np.int64)
     results: list[Generation | None] = [None] * len(token_ids)
@@ -126,7 +133,7 @@ def greedy_generate(
             pad_id,
             eos,
             decode,
-            past_names,
+            None if on_prefill is None else functools.partial(on_prefill, batch),
         )
         for i, row in zip(batch, rows, strict=True):
             results[i] = Generation(tuple(row.tokens), tuple(row.logprobs), row.text, row.reason)
@@ -146,31 +153,39 @@ def _generate_batch(
     pad_id: int,
     eos: set[int],
     decode: Callable[[list[int]], str],
-    past_names: list[str],
+    on_prefill: Callable[[np.ndarray, np.ndarray, dict[str, np.ndarray]], None] | None,
 ) -> list[_Row]:
     ids, mask = left_pad(prompts, pad_id)  # (B, T) each
     rows = [_Row([], []) for _ in prompts]
     active = np.arange(len(prompts))  # batch row -> prompt index, for rows still generating
-    feeds: dict[str, np.ndarray] = {
-        "input_ids": ids,
-        "attention_mask": mask,
-        **_empty_past(session, len(prompts)),
-    }
-    for _step in range(settings.max_new_tokens):
-        outputs = session.run(None, feeds)  # type: ignore[attr-defined]
-        next_tokens, next_logprob = outputs[0], outputs[1]  # (b,), (b,)
+    names = [o.name for o in session.get_outputs()]  # type: ignore[attr-defined]
+    present_names = _present_names(session)
+    feeds = prefill_feeds(session, ids, mask)
+    for step in range(settings.max_new_tokens):
+        outputs = dict(zip(names, session.run(None, feeds), strict=True))  # type: ignore[attr-defined]
+        if step == 0 and on_prefill is not None:
+            on_prefill(ids, mask, outputs)
+        next_tokens, next_logprob = outputs["next_tokens"], outputs["next_logprob"]  # (b,), (b,)
         keep = _record_step(rows, active, next_tokens, next_logprob, settings, eos, decode)
         if not keep.any():
             break
         mask = np.concatenate([feeds["attention_mask"], np.ones((len(active), 1), dtype=np.int64)], axis=1)
-        presents = outputs[2:]
+        presents = [outputs[name] for name in present_names]
         if not keep.all():
             active, mask, next_tokens = active[keep], mask[keep], next_tokens[keep]
             presents = [p[keep] for p in presents]
-        feeds = {"input_ids": next_tokens.reshape(-1, 1).astype(np.int64), "attention_mask": mask}
-        feeds.update(zip(past_names, presents, strict=True))
+        feeds = {
+            "input_ids": next_tokens.reshape(-1, 1).astype(np.int64),
+            "attention_mask": mask,
+            "target_ids": np.zeros((len(active), 0), dtype=np.int64),
+        }
+        feeds.update(zip(_past_names(present_names), presents, strict=True))
     _finish(rows, settings, decode)
     return rows
+
+
+def _past_names(present_names: list[str]) -> list[str]:
+    return [name.replace("present.", "past_key_values.", 1) for name in present_names]
 
 
 def _record_step(
@@ -216,13 +231,14 @@ def _generate_batch_bound(
     pad_id: int,
     eos: set[int],
     decode: Callable[[list[int]], str],
-    past_names: list[str],
+    on_prefill: Callable[[np.ndarray, np.ndarray, dict[str, np.ndarray]], None] | None,
     device: str = "cuda",
 ) -> list[_Row]:
     """:func:`_generate_batch` with IOBinding: ``present.*`` outputs stay in ORT memory on ``device`` and
     are bound as the next step's ``past_key_values.*``; only next_tokens / next_logprob (batch,) are
     copied to the host. Finished rows stay in the batch (fed the pad token, their outputs ignored): the
-    cache is never copied out to drop them."""
+    cache is never copied out to drop them. The prompt step runs with host outputs when ``on_prefill``
+    wants them (its cache is then copied to ``device`` once)."""
     import onnxruntime as ort
 
     ids, mask = left_pad(prompts, pad_id)  # (B, T) each
@@ -230,26 +246,35 @@ def _generate_batch_bound(
     rows = [_Row([], []) for _ in prompts]
     active = np.arange(batch)
     outputs = [o.name for o in session.get_outputs()]  # type: ignore[attr-defined]
-    past: list[Any] = [
-        ort.OrtValue.ortvalue_from_numpy(value, device, 0) for value in _empty_past(session, batch).values()
-    ]
-    for _step in range(settings.max_new_tokens):
-        binding = session.io_binding()  # type: ignore[attr-defined]
-        binding.bind_cpu_input("input_ids", np.ascontiguousarray(ids))
-        binding.bind_cpu_input("attention_mask", np.ascontiguousarray(mask))
-        for name, value in zip(past_names, past, strict=True):
-            binding.bind_ortvalue_input(name, value)
-        binding.bind_output(outputs[0], "cpu")
-        binding.bind_output(outputs[1], "cpu")
-        for name in outputs[2:]:
-            binding.bind_output(name, device, 0)
-        session.run_with_iobinding(binding)  # type: ignore[attr-defined]
-        values = binding.get_outputs()
-        next_tokens, next_logprob = values[0].numpy(), values[1].numpy()  # (B,), (B,) on the host
+    present_names = _present_names(session)
+    past_names = _past_names(present_names)
+    no_targets = np.zeros((batch, 0), dtype=np.int64)
+    first = prefill_feeds(session, ids, mask)
+    past: list[Any] = [ort.OrtValue.ortvalue_from_numpy(first[name], device, 0) for name in past_names]
+    for step in range(settings.max_new_tokens):
+        if step == 0 and on_prefill is not None:
+            host = dict(zip(outputs, session.run(None, first), strict=True))  # type: ignore[attr-defined]
+            on_prefill(ids, mask, host)
+            next_tokens, next_logprob = host["next_tokens"], host["next_logprob"]
+            new_past = [ort.OrtValue.ortvalue_from_numpy(host[name], device, 0) for name in present_names]
+        else:
+            binding = session.io_binding()  # type: ignore[attr-defined]
+            binding.bind_cpu_input("input_ids", np.ascontiguousarray(ids))
+            binding.bind_cpu_input("attention_mask", np.ascontiguousarray(mask))
+            binding.bind_cpu_input("target_ids", no_targets)
+            for name, value in zip(past_names, past, strict=True):
+                binding.bind_ortvalue_input(name, value)
+            for name in outputs:
+                binding.bind_output(name, "cpu" if name in ("next_tokens", "next_logprob") else device, 0)
+            session.run_with_iobinding(binding)  # type: ignore[attr-defined]
+            values = dict(zip(outputs, binding.get_outputs(), strict=True))
+            next_tokens = values["next_tokens"].numpy()  # (B,) on the host
+            next_logprob = values["next_logprob"].numpy()
+            new_past = [values[name] for name in present_names]
         _record_step(rows, active, next_tokens, next_logprob, settings, eos, decode)
         if all(row.reason != "length" for row in rows):
             break
-        past = list(values[2:])
+        past = new_past
         finished = np.array([row.reason != "length" for row in rows])
         ids = np.where(finished, pad_id, next_tokens).reshape(-1, 1).astype(np.int64)
         mask = np.concatenate([mask, np.ones((batch, 1), dtype=np.int64)], axis=1)

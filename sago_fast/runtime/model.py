@@ -1,4 +1,9 @@
-"""A loaded model: export (cached) + ORT session + tokenizer, with ``probe(texts)``."""
+"""A loaded model: export (cached) + one ORT session + tokenizer, with ``probe(texts)``.
+
+One session on the one graph (``model.onnx``) does everything: prefills (pooled hidden states, next-token
+distribution, KV cache), continuation scoring on a prefill's cache or on whole sequences, and greedy
+decoding; the weights are held once.
+"""
 
 from __future__ import annotations
 
@@ -14,12 +19,28 @@ from sago_fast.checkpoints.resolve import Checkpoint, resolve_checkpoint
 from sago_fast.errors import InputError
 from sago_fast.exporters.cache import ExportCache, ExportedModel
 from sago_fast.runtime.batching import BatchPolicy, left_pad, plan_batches, run_with_backoff
-from sago_fast.runtime.generate import Generation, GenerationSettings, greedy_generate
+from sago_fast.runtime.generate import Generation, GenerationSettings, greedy_generate, prefill_feeds
+from sago_fast.runtime.prefix import score_on_prefix
 from sago_fast.runtime.progress import NoProgress, PassProgress
 from sago_fast.runtime.session import SessionOptions, open_session, resolve_device
 from sago_fast.types import ExportSettings, ProbeResult
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Prefill:
+    """What :meth:`SagoModel.prefill` returns, in prompt order.
+
+    continuation_logprobs[i][j]: (len,) float64 log-probs of the tokens of continuation j of prompt i;
+    generations: greedy continuations (when asked for); tokens_processed: every token that went through
+    the graph (prompts once, continuation blocks, decode steps), padding excluded.
+    """
+
+    probe: ProbeResult
+    continuation_logprobs: list[list[np.ndarray]]
+    generations: list[Generation] | None
+    tokens_processed: int
 
 
 @dataclass
@@ -35,8 +56,13 @@ class SagoModel:
     batch_policy: BatchPolicy = field(default_factory=BatchPolicy)
     session_options: SessionOptions = field(default_factory=SessionOptions)
     progress: PassProgress = field(default_factory=NoProgress)  # hears of every batch of every pass
-    _score_session: Any = None
-    _decode_session: Any = None
+    weights: Any = None  # a re-weighted graph's tensors: ORT reads them in place, so they live as long
+
+    @property
+    def has_kv_cache(self) -> bool:
+        """Whether the graph has past inputs (else continuations are scored as whole sequences and
+        generation is refused)."""
+        return bool(self.exported.manifest.get("kv_cache", True))
 
     @property
     def model_id(self) -> str:
@@ -93,6 +119,19 @@ class SagoModel:
 
     def probe_ids(self, token_ids: Sequence[Sequence[int]]) -> ProbeResult:
         """:meth:`probe` on already tokenised prompts (each non-empty)."""
+        return self.prefill(token_ids).probe
+
+    def prefill(
+        self,
+        token_ids: Sequence[Sequence[int]],
+        continuations: Sequence[Sequence[Sequence[int]]] | None = None,
+        generation: GenerationSettings | None = None,
+    ) -> Prefill:
+        """One pass over each prompt, and what is built on its KV cache.
+
+        continuations[i]: token lists that continue prompt i exactly (scored on the prompt's cache, see
+        :mod:`sago_fast.runtime.prefix`); generation: also decode greedily from the same cache.
+        """
         n = len(token_ids)
         layers, d_model = self.n_layers + 1, self.d_model
         vocab = int(self.exported.manifest["vocab_size"])
@@ -100,19 +139,66 @@ class SagoModel:
         hidden_mean = np.empty((layers, n, d_model), dtype=np.float32)  # (n_layers + 1, n, d_model)
         next_logprobs = np.empty((n, vocab), dtype=np.float32)  # (n, vocab)
         lengths = np.array([len(ids) for ids in token_ids], dtype=np.int64)
+        scored: list[list[np.ndarray]] = [[] for _ in range(n)]
+        tokens = {"prefill": 0, "blocks": 0}
+        if generation is not None:
+            self._check_generation()
+        if continuations is not None and not self.has_kv_cache:  # no cache to build on: whole sequences
+            probe = self.prefill(token_ids)
+            pairs = [(i, c) for i, conts in enumerate(continuations) for c in conts]
+            whole = self.target_logprobs([[*token_ids[i], *c] for i, c in pairs], [len(c) for _, c in pairs])
+            for (i, _), values in zip(pairs, whole, strict=True):
+                scored[i].append(values)
+            processed = probe.tokens_processed + sum(len(token_ids[i]) + len(c) for i, c in pairs)
+            return Prefill(probe.probe, scored, None, processed)
 
-        def run_batch(batch: np.ndarray) -> None:
-            ids, mask = left_pad([token_ids[i] for i in batch], self.pad_id)
-            last, mean, logp = self.session.run(None, {"input_ids": ids, "attention_mask": mask})
-            hidden_last[:, batch] = last
-            hidden_mean[:, batch] = mean
-            next_logprobs[batch] = logp
+        def on_prefill(
+            batch: np.ndarray, ids: np.ndarray, mask: np.ndarray, out: dict[str, np.ndarray]
+        ) -> None:
+            hidden_last[:, batch] = out["hidden_last"]
+            hidden_mean[:, batch] = out["hidden_mean"]
+            next_logprobs[batch] = out["next_logprobs"]
+            tokens["prefill"] += int(mask.sum())
+            if continuations is None:
+                return
+            presents = {k: v for k, v in out.items() if k.startswith("present.")}
+            conts = [continuations[i] for i in batch]
+            on_cache, block_tokens = score_on_prefix(
+                self._run, presents, ids, mask, out["next_logprobs"], conts, self.batch_policy, self.pad_id
+            )
+            for i, values in zip(batch, on_cache, strict=True):
+                scored[i] = values
+            tokens["blocks"] += block_tokens
 
-        self.progress.start("probe", n, "prompt")
-        for batch in plan_batches(lengths, self.batch_policy):
-            run_with_backoff(run_batch, batch, self._shrink_batches)
-            self.progress.advance(len(batch), int(lengths[batch].sum()))
-        return ProbeResult(hidden_last, hidden_mean, next_logprobs, lengths)
+        generations = None
+        if generation is None:
+            self.progress.start("prefill", n, "prompt")
+
+            def run_batch(batch: np.ndarray) -> None:
+                ids, mask = left_pad([token_ids[i] for i in batch], self.pad_id)
+                on_prefill(batch, ids, mask, self._run(prefill_feeds(self.session, ids, mask)))
+
+            for batch in plan_batches(lengths, self.batch_policy):
+                before = tokens["prefill"] + tokens["blocks"]
+                run_with_backoff(run_batch, batch, self._shrink_batches)
+                self.progress.advance(len(batch), tokens["prefill"] + tokens["blocks"] - before)
+        else:
+            generations = self._generate(token_ids, generation, on_prefill)
+        processed = tokens["prefill"] + tokens["blocks"]
+        if generations is not None:
+            processed += sum(max(len(g.token_ids) - 1, 0) for g in generations)
+        return Prefill(
+            ProbeResult(hidden_last, hidden_mean, next_logprobs, lengths), scored, generations, processed
+        )
+
+    def _run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Every output of one graph call, by name."""
+        names = self._output_names
+        return dict(zip(names, self.session.run(None, feeds), strict=True))
+
+    @property
+    def _output_names(self) -> list[str]:
+        return [o.name for o in self.session.get_outputs()]
 
     def _shrink_batches(self, failed_size: int) -> None:
         """After an out-of-memory failure at ``failed_size`` prompts, later batches stay below it."""
@@ -121,20 +207,13 @@ class SagoModel:
         self.batch_policy = BatchPolicy(token_budget=max(1, policy.token_budget // 2), max_batch=smaller)
         log.warning("batches shrunk after out of memory: %s", self.batch_policy)
 
-    @property
-    def score_session(self) -> Any:
-        """The scoring graph's session (target-token log-probs), opened on first use."""
-        if self._score_session is None:
-            path = self.exported.path / self.exported.manifest["files"]["score"]
-            self._score_session, _ = open_session(path, self.device, self.session_options)
-        return self._score_session
-
     def target_logprobs(
         self, token_ids: Sequence[Sequence[int]], n_targets: Sequence[int]
     ) -> list[np.ndarray]:
         """For each sequence, log P of its last ``n_targets[i]`` tokens given everything before them.
 
-        One forward pass per length-bucketed batch; only (batch, K) log-probs leave the graph.
+        Whole sequences, one forward pass per length-bucketed batch; only (batch, K) log-probs leave the
+        graph. (:meth:`prefill` scores continuations on a shared prompt's cache instead.)
         Returns one float64 array of length n_targets[i] per sequence.
         """
         lengths = np.array([len(ids) for ids in token_ids], dtype=np.int64)
@@ -146,10 +225,9 @@ class SagoModel:
         def run_batch(batch: np.ndarray) -> None:
             ids, mask = left_pad([token_ids[i] for i in batch], self.pad_id)
             k = int(wanted[batch].max())
-            targets = np.ascontiguousarray(ids[:, -k:])
-            (logp,) = self.score_session.run(
-                None, {"input_ids": ids, "attention_mask": mask, "target_ids": targets}
-            )
+            feeds = prefill_feeds(self.session, ids, mask)
+            feeds["target_ids"] = np.ascontiguousarray(ids[:, -k:])
+            logp = self._run(feeds)["target_logprobs"]
             for row, i in enumerate(batch):
                 out[i] = logp[row, k - wanted[i] :].astype(np.float64)
 
@@ -158,14 +236,6 @@ class SagoModel:
             run_with_backoff(run_batch, batch, self._shrink_batches)
             self.progress.advance(len(batch), int(lengths[batch].sum()))
         return out
-
-    @property
-    def decode_session(self) -> Any:
-        """The decode graph's session (one greedy step with a KV cache), opened on first use."""
-        if self._decode_session is None:
-            path = self.exported.path / self.exported.manifest["files"]["decode"]
-            self._decode_session, _ = open_session(path, self.device, self.session_options)
-        return self._decode_session
 
     def generate(self, texts: Sequence[str], settings: GenerationSettings | None = None) -> list[Generation]:
         """Greedy continuations of ``texts`` (token-identical to HF ``generate(do_sample=False)``).
@@ -179,11 +249,24 @@ class SagoModel:
         self, token_ids: Sequence[Sequence[int]], settings: GenerationSettings | None = None
     ) -> list[Generation]:
         """:meth:`generate` on already tokenised prompts (each non-empty)."""
+        return self._generate(token_ids, settings or GenerationSettings(), None)
+
+    def _check_generation(self) -> None:
+        if not self.has_kv_cache:
+            raise InputError(
+                f"{self.checkpoint.display_path}: this architecture's graph with a KV cache could not be "
+                "exported, so it cannot generate; use multiple-choice or pairwise datasets"
+            )
+
+    def _generate(
+        self, token_ids: Sequence[Sequence[int]], settings: GenerationSettings, on_prefill: Any
+    ) -> list[Generation]:
+        self._check_generation()
         self.progress.start("generate", len(token_ids), "prompt")
         return greedy_generate(
-            self.decode_session,
+            self.session,
             token_ids,
-            settings or GenerationSettings(),
+            settings,
             pad_id=self.pad_id,
             eos_ids=self.exported.manifest.get("eos_token_ids", []),
             decode=lambda ids: self.tokenizer.decode(ids, skip_special_tokens=True),
@@ -191,6 +274,7 @@ class SagoModel:
             io_binding=self.io_binding_device,
             on_oom=self._shrink_batches,
             on_batch=self.progress.advance,
+            on_prefill=on_prefill,
         )
 
     @property
@@ -204,10 +288,9 @@ class SagoModel:
         return None if choice == "off" else self.device
 
     def close(self) -> None:
-        """Drop the ORT sessions so their memory is returned before the next model loads."""
+        """Drop the ORT session so its memory is returned before the next model loads."""
         self.session = None
-        self._score_session = None
-        self._decode_session = None
+        self.weights = None
 
     def __enter__(self) -> SagoModel:
         return self
@@ -241,7 +324,18 @@ def load_model(
         else resolve_checkpoint(checkpoint, allow_pickle=allow_pickle)
     )
     exported = ExportCache(cache_dir).get_or_export(ckpt, settings)
-    session, provider = open_session(exported.probe_path, resolved, session_options or SessionOptions())
+    weights = None
+    initializers = None
+    if exported.reweighted:
+        from sago_fast.exporters.reweight import load_initializers
+
+        names, values, weights = load_initializers(
+            ckpt.path, exported.manifest["reweight"]["names"], exported.manifest["dtype"]
+        )
+        initializers, weights = (names, values), (values, weights)
+    session, provider = open_session(
+        exported.model_path, resolved, session_options or SessionOptions(), initializers
+    )
     if batch_policy is None and resolved == "cuda":
         batch_policy = _policy_for_free_memory(exported.manifest)
     tokenizer = AutoTokenizer.from_pretrained(exported.path)
@@ -254,6 +348,7 @@ def load_model(
         provider=provider,
         batch_policy=batch_policy or BatchPolicy(),
         session_options=session_options or SessionOptions(),
+        weights=weights,
     )
 
 

@@ -6,7 +6,7 @@ Answer modes (``ANSWER_MODES``), each a score per option; the answer is the arg-
 - ``cloze_norm``: the same divided by the option text's length in characters (lm-eval ``acc_norm``);
 - ``letter``: loglik(prompt, " " + label) of the label shown at the option's position ("A", "B", ...;
   the MMLU/HELM convention). A label that is one token after the prompt is read from the next-token
-  distribution the probe already computed (no extra pass); longer labels are scored as continuations.
+  distribution of the prompt's prefill (no extra pass); longer labels are scored on its cache.
   Scores are mapped back to content through the variant's ``option_order``, so position mirroring under
   ``letter`` measures position bias (picking "A" whatever is behind it).
 
@@ -25,7 +25,7 @@ from scipy.special import log_softmax
 
 from sago_fast.errors import InputError
 from sago_fast.runtime.prompting import ModelPrompts
-from sago_fast.runtime.scoring import encode_pair, score_continuations
+from sago_fast.runtime.scoring import score_pairs
 from sago_fast.types import Example, Variant
 
 ANSWER_MODES = ("cloze", "cloze_norm", "letter")
@@ -78,6 +78,73 @@ def answer_variants(
     return [a["cloze"] for a in answer_modes(model, examples, variants, prompts, modes=("cloze",))]
 
 
+@dataclass(frozen=True)
+class OptionPairs:
+    """The (prompt row, continuation) pairs the requested modes score, and where each variant's start.
+
+    cloze_at[r] / letter_at[r]: index of variant r's first option / label pair (-1 when not requested).
+    """
+
+    modes: tuple[str, ...]
+    rows: list[int]
+    continuations: list[str]
+    cloze_at: list[int]
+    letter_at: list[int]
+
+
+def option_pairs(
+    examples: Sequence[Example], variants: Sequence[Variant], prompts: ModelPrompts, modes: Sequence[str]
+) -> OptionPairs:
+    """Every option text (cloze modes) and every displayed label (letter) of every variant, each as a
+    continuation of its model prompt."""
+    for mode in modes:
+        check_answer_mode(mode)
+    by_id = {e.example_id: e for e in examples}
+    rows: list[int] = []
+    continuations: list[str] = []
+    cloze_at: list[int] = []
+    letter_at: list[int] = []
+    want_cloze = any(m.startswith("cloze") for m in modes)
+    for row, variant in enumerate(variants):
+        example = by_id[variant.example_id]
+        cloze_at.append(len(rows) if want_cloze else -1)
+        if want_cloze:
+            for option in example.options:
+                rows.append(row)
+                continuations.append(prompts.delimiter + option)
+        letter_at.append(len(rows) if "letter" in modes else -1)
+        if "letter" in modes:
+            for label in _labels(variant, example):
+                rows.append(row)
+                continuations.append(prompts.delimiter + label)
+    return OptionPairs(tuple(modes), rows, continuations, cloze_at, letter_at)
+
+
+def answers_from_scores(
+    examples: Sequence[Example], variants: Sequence[Variant], pairs: OptionPairs, loglik: np.ndarray
+) -> list[dict[str, OptionAnswer]]:
+    """Every mode's answer per variant from the summed log-probs of ``pairs`` (same order)."""
+    by_id = {e.example_id: e for e in examples}
+    out: list[dict[str, OptionAnswer]] = []
+    for row, variant in enumerate(variants):
+        example = by_id[variant.example_id]
+        n = len(example.options)
+        gold = int(example.answer_index)  # type: ignore[arg-type]
+        answers: dict[str, OptionAnswer] = {}
+        if pairs.cloze_at[row] >= 0:
+            cloze = loglik[pairs.cloze_at[row] : pairs.cloze_at[row] + n]
+            answers["cloze"] = option_answer(cloze, gold, "cloze")
+            chars = np.array([len(o) for o in example.options], dtype=np.float64)
+            answers["cloze_norm"] = option_answer(cloze / chars, gold, "cloze_norm")
+        if pairs.letter_at[row] >= 0:
+            shown = loglik[pairs.letter_at[row] : pairs.letter_at[row] + n]
+            by_content = np.empty(n, dtype=np.float64)
+            by_content[np.asarray(variant.option_order)] = shown  # position j shows option_order[j]
+            answers["letter"] = option_answer(by_content, gold, "letter")
+        out.append({m: answers[m] for m in pairs.modes})
+    return out
+
+
 def answer_modes(
     model: Any,
     examples: Sequence[Example],
@@ -86,99 +153,19 @@ def answer_modes(
     *,
     modes: Sequence[str] = ANSWER_MODES,
     prompt_ids: Sequence[Sequence[int]] | None = None,
-    next_logprobs: np.ndarray | None = None,
 ) -> list[dict[str, OptionAnswer]]:
-    """Every requested mode's answer for every variant, in one batched scoring pass.
+    """Every requested mode's answer for every variant: one prefill per prompt, every option and label
+    scored on its cache (:func:`sago_fast.runtime.scoring.score_pairs`).
 
-    prompt_ids, next_logprobs: (n, vocab) the probe's tokens and next-token log-probs of ``prompts``;
-    with them, single-token labels cost no forward pass.
+    prompt_ids: the prompts' token ids when already tokenised.
     """
-    for mode in modes:
-        check_answer_mode(mode)
-    by_id = {e.example_id: e for e in examples}
-    contexts: list[str] = []
-    continuations: list[str] = []
-    cloze_at: list[int] = []  # first pair of each variant's options
-    letter_at: list[int] = []  # first pair of each variant's labels (-1: read from next_logprobs)
-    letter_direct: list[np.ndarray | None] = []
-    want_cloze = any(m.startswith("cloze") for m in modes)
-    for row, (variant, text) in enumerate(zip(variants, prompts.texts, strict=True)):
-        example = by_id[variant.example_id]
-        if want_cloze:
-            cloze_at.append(len(contexts))
-            for option in example.options:
-                contexts.append(text)
-                continuations.append(prompts.delimiter + option)
-        if "letter" in modes:
-            labels = _labels(variant, example)
-            direct = None
-            if prompt_ids is not None and next_logprobs is not None:
-                direct = _single_token_scores(
-                    model.tokenizer, text, labels, prompts, prompt_ids[row], next_logprobs[row]
-                )
-            letter_direct.append(direct)
-            letter_at.append(-1 if direct is not None else len(contexts))
-            if direct is None:
-                for label in labels:
-                    contexts.append(text)
-                    continuations.append(prompts.delimiter + label)
-    loglik = (
-        score_continuations(
-            model, contexts, continuations, prompts.move_whitespace, prompts.add_special_tokens
-        ).loglik
-        if contexts
-        else np.empty(0)
-    )
-    out: list[dict[str, OptionAnswer]] = []
-    for row, variant in enumerate(variants):
-        example = by_id[variant.example_id]
-        n = len(example.options)
-        gold = int(example.answer_index)  # type: ignore[arg-type]
-        answers: dict[str, OptionAnswer] = {}
-        if want_cloze:
-            cloze = loglik[cloze_at[row] : cloze_at[row] + n]
-            if "cloze" in modes:
-                answers["cloze"] = option_answer(cloze, gold, "cloze")
-            if "cloze_norm" in modes:
-                chars = np.array([len(o) for o in example.options], dtype=np.float64)
-                answers["cloze_norm"] = option_answer(cloze / chars, gold, "cloze_norm")
-        if "letter" in modes:
-            shown = letter_direct[row]
-            if shown is None:
-                shown = loglik[letter_at[row] : letter_at[row] + n]
-            by_content = np.empty(n, dtype=np.float64)
-            by_content[np.asarray(variant.option_order)] = shown  # position j shows option_order[j]
-            answers["letter"] = option_answer(by_content, gold, "letter")
-        out.append({m: answers[m] for m in modes})
-    return out
+    pairs = option_pairs(examples, variants, prompts, modes)
+    ids = prompt_ids if prompt_ids is not None else prompts.token_ids(model.tokenizer)
+    loglik, _ = score_pairs(model, prompts, ids, pairs.rows, pairs.continuations)
+    return answers_from_scores(examples, variants, pairs, loglik)
 
 
 def _labels(variant: Variant, example: Example) -> tuple[str, ...]:
     if len(variant.option_labels) == len(example.options):
         return variant.option_labels
     return tuple(chr(65 + j) for j in range(len(example.options)))
-
-
-def _single_token_scores(
-    tokenizer: Any,
-    text: str,
-    labels: Sequence[str],
-    prompts: ModelPrompts,
-    prompt_ids: Sequence[int],
-    next_logprobs: np.ndarray,
-) -> np.ndarray | None:
-    """Each label's log-prob read from the prompt's next-token distribution, when every label is one
-    token right after exactly the probed prompt tokens; None otherwise (scored as continuations)."""
-    scores = np.empty(len(labels), dtype=np.float64)
-    for j, label in enumerate(labels):
-        context, continuation = encode_pair(
-            tokenizer,
-            text,
-            prompts.delimiter + label,
-            move_whitespace=prompts.move_whitespace,
-            add_special_tokens=prompts.add_special_tokens,
-        )
-        if len(continuation) != 1 or list(context) != list(prompt_ids):
-            return None
-        scores[j] = float(next_logprobs[continuation[0]])
-    return scores

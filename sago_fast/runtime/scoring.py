@@ -4,8 +4,10 @@ loglik(context, continuation) = sum of log P(token | prefix) over the continuati
 and continuation are encoded together and the continuation tokens are those after the context's own
 token count; trailing whitespace of the context moves to the front of the continuation.
 
-Each pair is one sequence through the exported scoring graph (``score.onnx``), which returns only the
-log-probs of each row's last K tokens; pairs are batched by length.
+``score_pairs`` scores continuations of known prompts on each prompt's prefill cache (one pass over the
+prompt for all its continuations); a pair whose context does not encode to exactly the prompt's tokens
+is scored as a whole sequence. ``score_continuations`` scores arbitrary pairs as whole sequences. Only
+the log-probs of each row's target tokens leave the graph.
 """
 
 from __future__ import annotations
@@ -90,3 +92,56 @@ def score_continuations(
     loglik = np.array([lp.sum() for lp in per_token], dtype=np.float64)
     n_chars = np.array([len(c) for c in continuations], dtype=np.int64)
     return ContinuationScores(loglik, n_tokens, n_chars)
+
+
+def score_pairs(
+    model: Any,
+    prompts: Any,
+    prompt_ids: Sequence[Sequence[int]],
+    rows: Sequence[int],
+    continuations: Sequence[str],
+    generation: Any = None,
+) -> tuple[np.ndarray, Any]:
+    """Summed log-probs of each (prompts.texts[rows[p]], continuations[p]) pair, in one prefill per prompt.
+
+    prompts: a :class:`~sago_fast.runtime.prompting.ModelPrompts`; prompt_ids: its token ids. Returns
+    (loglik (n_pairs,) float64, the model's :class:`~sago_fast.runtime.model.Prefill` of the prompts, which
+    carries the probe and, with ``generation``, the greedy generations from the same cache).
+    """
+    on_cache: list[list[list[int]]] = [[] for _ in prompt_ids]
+    slot: list[tuple[int, int]] = []  # pair -> (prompt row, index in on_cache[row]); (-1, k): fallback k
+    fallback: list[list[int]] = []
+    fallback_targets: list[int] = []
+    lengths: dict[str, int] = {}
+    for p, (row, continuation) in enumerate(zip(rows, continuations, strict=True)):
+        ctx, cont = encode_pair(
+            model.tokenizer,
+            prompts.texts[row],
+            continuation,
+            lengths,
+            prompts.move_whitespace,
+            prompts.add_special_tokens,
+        )
+        if not cont:
+            raise InputError(f"pair {p}: the continuation {continuation!r} encodes to no tokens")
+        if list(ctx) == list(prompt_ids[row]):
+            slot.append((row, len(on_cache[row])))
+            on_cache[row].append(cont)
+        else:  # the continuation changes how the prompt's end is tokenised: score the whole sequence
+            slot.append((-1, len(fallback)))
+            fallback.append(ctx + cont)
+            fallback_targets.append(len(cont))
+    limit = model.max_positions
+    longest = max((len(prompt_ids[r]) + len(c) for r in range(len(on_cache)) for c in on_cache[r]), default=0)
+    if limit is not None and max([longest, *map(len, fallback)]) > limit:
+        raise InputError(f"a prompt + continuation is longer than the model's {limit} positions")
+    result = model.prefill(prompt_ids, on_cache, generation)
+    whole = model.target_logprobs(fallback, fallback_targets) if fallback else []
+    loglik = np.array(
+        [
+            float(result.continuation_logprobs[row][k].sum()) if row >= 0 else float(whole[k].sum())
+            for row, k in slot
+        ],
+        dtype=np.float64,
+    )
+    return loglik, result

@@ -113,8 +113,15 @@ def providers_for(device: str) -> list[str]:
     return [CUDA_EP, CPU_EP] if device == "cuda" else [CPU_EP]
 
 
-def open_session(path: Path, device: str, options: SessionOptions = SessionOptions()) -> tuple[Any, str]:
+def open_session(
+    path: Path,
+    device: str,
+    options: SessionOptions = SessionOptions(),
+    initializers: tuple[list[str], list[Any]] | None = None,
+) -> tuple[Any, str]:
     """Create an InferenceSession for ``device`` (cpu|cuda, already resolved) and verify its provider.
+
+    initializers: (names, OrtValues) that replace the graph's initializers of those names (re-weighting).
 
     Returns (session, active provider name). Raises DeviceError when ``cuda`` was asked and the session
     does not actually run on the CUDA provider.
@@ -129,6 +136,8 @@ def open_session(path: Path, device: str, options: SessionOptions = SessionOptio
     }[options.optimization]
     so.intra_op_num_threads = options.intra_op_threads
     so.log_severity_level = 3
+    if initializers is not None:
+        so.add_external_initializers(*initializers)
     if device == "cuda" and not cuda_provider_listed():
         raise DeviceError(
             "device 'cuda' asked, but this onnxruntime has no CUDAExecutionProvider (install onnxruntime-gpu)"

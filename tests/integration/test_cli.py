@@ -86,7 +86,7 @@ def test_export_then_reuse(tmp_path, checkpoints):
     second = sago("export", str(checkpoints["phi3"]), "-o", str(tmp_path / "b"), "--cache-dir", str(cache))
     assert "cache hit" in second.stdout
     manifest = json.loads((tmp_path / "b" / "manifest.json").read_text())
-    assert manifest["model_type"] == "phi3" and (tmp_path / "b" / "probe.onnx").is_file()
+    assert manifest["model_type"] == "phi3" and (tmp_path / "b" / "model.onnx").is_file()
 
 
 def test_probe_bad_texts(checkpoints, cache_dir):

@@ -54,7 +54,17 @@ def test_iobinding_decode_loop_equals_the_numpy_loop(checkpoints, cache_dir):
     ):
         expected = plain.generate(PROMPTS, settings)
         got = bound.generate(PROMPTS, settings)
-        assert got == expected
+        assert_same_generations(got, expected)
+    # the prompt step hands its host outputs over (probe, continuation scoring) before decoding goes on
+    ids = bound.tokenize(PROMPTS)
+    conts = [[[7, 8, 9], [10]] for _ in PROMPTS]
+    settings = GenerationSettings(max_new_tokens=5, stop=())
+    got, expected = bound.prefill(ids, conts, settings), plain.prefill(ids, conts, settings)
+    assert_same_generations(got.generations, expected.generations)
+    np.testing.assert_allclose(got.probe.hidden_mean, expected.probe.hidden_mean, atol=1e-5, rtol=0)
+    for a, b in zip(got.continuation_logprobs, expected.continuation_logprobs, strict=True):
+        for x, y in zip(a, b, strict=True):
+            np.testing.assert_allclose(x, y, atol=1e-5, rtol=0)
 
 
 def test_out_of_memory_backs_off_and_gives_the_same_numbers(checkpoints, cache_dir):
@@ -73,7 +83,7 @@ def test_out_of_memory_backs_off_and_gives_the_same_numbers(checkpoints, cache_d
     assert model.batch_policy.max_batch < 8  # later batches stay below the size that failed
 
     model.batch_policy = BatchPolicy(max_batch=8)
-    model._score_session = FakeOOMSession(model.score_session, limit=1)
+    model.session = FakeOOMSession(model.session.real, limit=1)
     for a, b in zip(
         model.target_logprobs([[5, 6, 7, 8], [9, 10, 11], [12, 13, 14, 15, 16]], [2, 1, 3]),
         ref_scores,
@@ -82,7 +92,7 @@ def test_out_of_memory_backs_off_and_gives_the_same_numbers(checkpoints, cache_d
         np.testing.assert_allclose(a, b, atol=1e-5)
 
     model.batch_policy = BatchPolicy(max_batch=8)
-    model._decode_session = FakeOOMSession(model.decode_session, limit=2)
+    model.session = FakeOOMSession(model.session.real, limit=2)
     assert_same_generations(
         model.generate(PROMPTS, GenerationSettings(max_new_tokens=4, stop=())), ref_generations
     )

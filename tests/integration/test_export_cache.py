@@ -19,7 +19,8 @@ from sago_fast.types import ExportSettings
 
 
 def _entries(root: Path) -> list[Path]:
-    return [p for p in root.iterdir() if p.is_dir()] if root.exists() else []
+    """Export entries (the ``graphs/`` index of shared graphs is not one)."""
+    return [p for p in root.iterdir() if p.is_dir() and p.name != "graphs"] if root.exists() else []
 
 
 def test_second_export_reuses_cache(checkpoints, tmp_path):
@@ -129,5 +130,6 @@ def test_manifest_describes_graph(checkpoints, cache_dir):
     model = sago_fast.load_model(checkpoints["gemma"], cache_dir=cache_dir)
     manifest = json.loads((model.exported.path / "manifest.json").read_text())
     assert manifest["content_hash"] == model.model_id
-    assert manifest["outputs"] == ["hidden_last", "hidden_mean", "next_logprobs"]
+    assert manifest["outputs"] == ["hidden_last", "hidden_mean", "next_logprobs", "target_logprobs"]
+    assert manifest["files"] == {"model": "model.onnx"} and manifest["kv_cache"] is True
     assert (model.exported.path / "tokenizer.json").is_file()

@@ -58,18 +58,18 @@ def test_probe_matches_hf_eager_and_alone(arch, checkpoints, cache_dir):
 
 
 @pytest.mark.parametrize("arch", ["llama", "gpt2"])
-def test_graph_outputs_have_no_sequence_axis(arch, checkpoints, cache_dir):
+def test_pooled_outputs_have_no_sequence_axis(arch, checkpoints, cache_dir):
     model = sago_fast.load_model(checkpoints[arch], cache_dir=cache_dir)
-    graph = onnx.load(str(model.exported.probe_path), load_external_data=False).graph
+    assert [p.name for p in model.exported.path.glob("*.onnx")] == ["model.onnx"]  # one graph
+    graph = onnx.load(str(model.exported.model_path), load_external_data=False).graph
     shapes = {
         o.name: [d.dim_param or d.dim_value for d in o.type.tensor_type.shape.dim] for o in graph.output
     }
-    assert set(shapes) == {"hidden_last", "hidden_mean", "next_logprobs"}
+    assert {"hidden_last", "hidden_mean", "next_logprobs", "target_logprobs", "next_tokens"} <= set(shapes)
     assert shapes["hidden_last"] == [model.n_layers + 1, "batch_size", model.d_model]
     assert shapes["hidden_mean"] == [model.n_layers + 1, "batch_size", model.d_model]
     assert shapes["next_logprobs"] == ["batch_size", model.exported.manifest["vocab_size"]]
-    for output in graph.output:
-        assert not any("sequence" in str(d.dim_param) for d in output.type.tensor_type.shape.dim)
+    assert shapes["target_logprobs"] == ["batch_size", "target_length"]
 
 
 def test_small_token_budget_gives_same_numbers(checkpoints, cache_dir):

@@ -36,12 +36,13 @@ def test_every_pass_reports_all_its_items(checkpoints, cache_dir):
     gen = load_dataset("letters", limit=2)
     evaluate_unit(model, gen, generate_variants(gen.examples, VariantConfig(families=("typo",), k=1)))
     stages = [p[0] for p in recorder.passes]
-    assert stages[:2] == ["probe", "score"] and "generate" in stages
+    # one prefill pass over every prompt (options scored on its cache), then the replicate's; generation
+    # tasks: one generate pass (prefill + decoding)
+    assert stages[:2] == ["prefill", "prefill"] and "generate" in stages
     for stage, total, _unit, done, tokens in recorder.passes:
         assert done == total and tokens >= total, stage
-    probe = recorder.passes[0]
-    assert probe[1] == len(variants) and probe[2] == "prompt"
-    assert recorder.passes[1][1] == len(variants) * 4  # 4 options per capitals question (cloze)
+    prefill = recorder.passes[0]
+    assert prefill[1] == len(variants) and prefill[2] == "prompt"
 
 
 def test_tqdm_bar_shows_items_and_tokens_per_second():

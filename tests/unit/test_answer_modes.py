@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 from scipy.special import log_softmax
@@ -28,19 +30,26 @@ class CharTokenizer:
         return {"input_ids": [[ord(c) for c in t] for t in text]}
 
 
+def unigram(tokens):
+    return np.array([CHAR_LOGP.get(chr(t), OTHER) for t in tokens])
+
+
 class UnigramModel:
     tokenizer = CharTokenizer()
     max_positions = None
 
     def __init__(self):
-        self.calls = 0
+        self.prefills = 0
+        self.whole_sequences = 0
+
+    def prefill(self, token_ids, continuations, generation=None):
+        self.prefills += 1
+        scored = [[unigram(c) for c in conts] for conts in continuations]
+        return SimpleNamespace(continuation_logprobs=scored, probe=None, generations=None, tokens_processed=0)
 
     def target_logprobs(self, sequences, n_targets):
-        self.calls += 1
-        return [
-            np.array([CHAR_LOGP.get(chr(t), OTHER) for t in seq[len(seq) - n :]])
-            for seq, n in zip(sequences, n_targets, strict=True)
-        ]
+        self.whole_sequences += 1
+        return [unigram(seq[len(seq) - n :]) for seq, n in zip(sequences, n_targets, strict=True)]
 
 
 EXAMPLE = Example("e1", "multiple_choice", "Pick one", ("x", "yy", "zzzz"), 2)
@@ -85,24 +94,16 @@ def test_letter_maps_labels_back_to_content(order):
         assert letter.option_loglik[content] == pytest.approx(label_loglik["ABC"[position]])
 
 
-def test_single_token_labels_come_from_the_next_token_distribution():
-    """In chat format the label is one token right after the prompt: no scoring pass for it."""
+def test_one_prefill_for_every_mode_and_whole_sequences_only_when_tokens_merge():
     model = UnigramModel()
-    next_logprobs = np.full((1, 256), -9.0)
-    next_logprobs[0, ord("A")], next_logprobs[0, ord("B")], next_logprobs[0, ord("C")] = -3.0, -0.2, -4.0
-    prompt_ids = [[ord("Q")]]
-    (answers,) = answer_modes(
-        model,
-        [EXAMPLE],
-        [variant((2, 0, 1))],
-        ModelPrompts(("Q",), chat=True),
-        modes=("letter",),
-        prompt_ids=prompt_ids,
-        next_logprobs=next_logprobs,
-    )
-    assert model.calls == 0
-    assert answers["letter"].answer_index == 0  # "B" shows option 0
-    np.testing.assert_allclose(answers["letter"].option_loglik, [-0.2, -4.0, -3.0])
+    answer_modes(model, [EXAMPLE], [variant((2, 0, 1))], ModelPrompts(("Q",), chat=True))
+    assert (model.prefills, model.whole_sequences) == (1, 0)
+    # "Q " + " A": the context's trailing space moves into the continuation, so the context no longer
+    # encodes to the prompt's tokens: those pairs are scored as whole sequences
+    model = UnigramModel()
+    (answers,) = answer_modes(model, [EXAMPLE], [variant()], ModelPrompts(("Q ",), chat=False))
+    assert (model.prefills, model.whole_sequences) == (1, 1)
+    np.testing.assert_allclose(answers["letter"].option_loglik, [-0.7, -1.7, -2.7])  # "  A": two spaces
 
 
 def test_unknown_mode_is_one_line():

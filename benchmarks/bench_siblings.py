@@ -1,0 +1,105 @@
+"""Ten sibling checkpoints (one training run's `step-*`): export + load time, cache bytes, resident memory.
+
+Compares, on checkpoints of one shape with different weights:
+  single export   : export + load of the first checkpoint (through torch and Optimum)
+  siblings        : export + load of all N checkpoints into one cache (the first exported, the others
+                    re-weighted: the shared graph with each checkpoint's safetensors as external initializers)
+and reports the ratio siblings / single (target <= 2x), the cache bytes per checkpoint against the weight
+bytes at the export dtype, and the peak resident memory of a process that loads one checkpoint and probes.
+
+    python benchmarks/bench_siblings.py                   # SmolLM2-135M shape, 10 checkpoints (~4 min)
+    python benchmarks/bench_siblings.py --shape small -n 4
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import sago_fast
+from sago_fast.checkpoints.tiny import TinySize, build_tiny_checkpoint
+
+SHAPES = {
+    "smollm2": TinySize.smollm2_135m,
+    "small": lambda: TinySize(
+        hidden=256, layers=4, heads=4, kv_heads=4, intermediate=688, max_positions=1024, vocab_size=8000
+    ),
+}
+
+RSS_PROBE = """
+import json, resource, sys, sago_fast
+model = sago_fast.load_model(sys.argv[1], cache_dir=sys.argv[2])
+model.probe(["The capital of France is"] * 8)
+print(json.dumps({"peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+
+def folder_bytes(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--shape", choices=sorted(SHAPES), default="smollm2")
+    parser.add_argument("-n", type=int, default=10, help="sibling checkpoints")
+    parser.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "sago-bench-siblings")
+    args = parser.parse_args()
+    size = SHAPES[args.shape]()
+    steps = []
+    for i in range(args.n):
+        path = args.workdir / args.shape / f"step-{i:02d}"
+        if not (path / "config.json").is_file():
+            build_tiny_checkpoint("llama", path, size, seed=i)
+        steps.append(path)
+    weight_bytes = sum(f.stat().st_size for f in steps[0].glob("*.safetensors"))  # fp32 safetensors
+    print(
+        f"{args.n} llama checkpoints of the {args.shape} shape ({weight_bytes / 2**20:.0f} MiB of fp32 weights each)"
+    )
+
+    single_cache = args.workdir / f"cache-single-{time.time_ns()}"
+    t0 = time.perf_counter()
+    sago_fast.load_model(steps[0], cache_dir=single_cache).close()
+    single = time.perf_counter() - t0
+
+    cache = args.workdir / f"cache-siblings-{time.time_ns()}"
+    t0 = time.perf_counter()
+    for step in steps:
+        sago_fast.load_model(step, cache_dir=cache).close()
+    siblings = time.perf_counter() - t0
+
+    entries = [p for p in cache.iterdir() if p.is_dir() and (p / "manifest.json").is_file()]
+    cache_bytes = folder_bytes(cache)
+    rss = json.loads(
+        subprocess.run(
+            [sys.executable, "-c", RSS_PROBE, str(steps[-1]), str(cache)],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        .stdout.strip()
+        .splitlines()[-1]
+    )["peak_rss_mib"]
+    print(f"single export + load     : {single:7.1f} s")
+    print(
+        f"{args.n} siblings export + load: {siblings:7.1f} s  (ratio {siblings / single:.2f}x a single export; target <= 2x)"
+    )
+    print(
+        f"cache: {cache_bytes / 2**20:.0f} MiB for {len(entries)} checkpoints = {cache_bytes / len(entries) / 2**20:.0f} MiB "
+        f"per checkpoint; {cache_bytes / weight_bytes:.2f}x one checkpoint's weights in all "
+        f"(single-entry cache {folder_bytes(single_cache) / weight_bytes:.2f}x its weights)"
+    )
+    print(
+        f"peak resident memory loading a re-weighted sibling and probing: {rss:.0f} MiB "
+        f"({rss * 2**20 / weight_bytes:.2f}x its weight bytes, Python and libraries included)"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,72 @@
+"""Continuations scored on top of a prompt's KV cache: the prompt is processed once for all its options.
+
+After a prefill of left-padded prompts (``present.*``: (batch, kv_heads, P, head_dim)), continuation c of
+prompt i is scored as one row of a *block* pass: the cache of prompt i without its last column, then the
+block ``[last prompt token] + c`` left-padded to the longest block, with ``target_ids`` = the block
+without its first token. The hole between the cached prefix and the padded block is masked out, and
+positions come from the mask, so every row sees exactly ``prompt + c`` (the same numbers as scoring the
+whole sequence). A one-token continuation is read from the prefill's next-token distribution (no pass).
+
+Rows are grouped under the batch policy counting cached + block tokens, so the repeated cache rows of a
+group stay within the token budget.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from sago_fast.runtime.batching import BatchPolicy, left_pad, plan_batches
+
+Run = Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]
+
+
+def score_on_prefix(
+    run: Run,
+    presents: dict[str, np.ndarray],
+    prompt_ids: np.ndarray,
+    mask: np.ndarray,
+    next_logprobs: np.ndarray,
+    continuations: Sequence[Sequence[Sequence[int]]],
+    policy: BatchPolicy,
+    pad_id: int,
+) -> tuple[list[list[np.ndarray]], int]:
+    """Per-token log-probs of every continuation of every prompt of one prefilled batch.
+
+    presents: present.* of the prefill (name -> (b, kv_heads, P, head_dim)); prompt_ids, mask: (b, P) the
+    left-padded prompts; next_logprobs: (b, vocab); continuations[r]: token lists continuing prompt r.
+    Returns ([r][j] -> (len,) float64, tokens processed by the block passes).
+    """
+    out: list[list[np.ndarray]] = [[np.empty(0)] * len(c) for c in continuations]
+    rows: list[tuple[int, int]] = []  # (prompt row, continuation index) scored by a block pass
+    for r, conts in enumerate(continuations):
+        for j, cont in enumerate(conts):
+            if len(cont) == 1:
+                out[r][j] = np.array([next_logprobs[r, cont[0]]], dtype=np.float64)
+            elif len(cont) > 1:
+                rows.append((r, j))
+    if not rows:
+        return out, 0
+    prefix = mask.shape[1] - 1
+    costs = np.array([prefix + len(continuations[r][j]) + 1 for r, j in rows], dtype=np.int64)
+    past_names = {name: name.replace("present.", "past_key_values.", 1) for name in presents}
+    tokens = 0
+    for group in plan_batches(costs, policy):
+        picked = [rows[g] for g in group]
+        owners = np.array([r for r, _ in picked])
+        blocks = [[int(prompt_ids[r, -1]), *continuations[r][j]] for r, j in picked]
+        block_ids, block_mask = left_pad(blocks, pad_id)  # (g, 1 + Kmax)
+        feeds = {
+            "input_ids": block_ids,
+            "attention_mask": np.concatenate([mask[owners, :-1], block_mask], axis=1),
+            "target_ids": np.ascontiguousarray(block_ids[:, 1:]),
+        }
+        for name, value in presents.items():
+            feeds[past_names[name]] = np.ascontiguousarray(value[owners, :, :-1])
+        logp = run(feeds)["target_logprobs"]  # (g, Kmax)
+        for row, (r, j) in enumerate(picked):
+            k = len(continuations[r][j])
+            out[r][j] = logp[row, logp.shape[1] - k :].astype(np.float64)
+        tokens += int(block_mask.sum())
+    return out, tokens

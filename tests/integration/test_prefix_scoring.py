@@ -1,0 +1,62 @@
+"""Continuations scored on a prompt's prefill cache equal whole-sequence scoring and HF eager."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+import sago_fast
+from sago_fast.checkpoints.tiny import ARCHITECTURES
+from sago_fast.runtime.batching import BatchPolicy
+from sago_fast.runtime.generate import GenerationSettings
+
+PROMPTS = [[5, 6, 7, 8, 9, 10, 11], [12, 13], [14, 15, 16, 17]]
+CONTINUATIONS = [[[20], [21, 22, 23], [24, 25]], [[26, 27, 28, 29], [30]], [[31, 32], [33, 34, 35, 36, 37]]]
+TOL = 1e-4
+
+
+def hf_token_logprobs(hf, prompt, cont):
+    ids = torch.tensor([prompt + cont])
+    with torch.no_grad():
+        logp = torch.log_softmax(hf(ids).logits[0].float(), -1)
+    return np.array([logp[len(prompt) - 1 + k, t].item() for k, t in enumerate(cont)])
+
+
+@pytest.mark.parametrize("arch", ARCHITECTURES.names())
+def test_cached_continuations_equal_whole_sequences_and_hf(arch, checkpoints, cache_dir):
+    # a small budget: several prompt batches and several continuation groups per batch
+    model = sago_fast.load_model(checkpoints[arch], cache_dir=cache_dir, batch_policy=BatchPolicy(24, 2))
+    hf = AutoModelForCausalLM.from_pretrained(
+        checkpoints[arch], dtype=torch.float32, attn_implementation="eager"
+    )
+    result = model.prefill(PROMPTS, CONTINUATIONS)
+    alone = model.probe_ids(PROMPTS)
+    np.testing.assert_allclose(result.probe.next_logprobs, alone.next_logprobs, atol=TOL, rtol=0)
+    np.testing.assert_allclose(result.probe.hidden_mean, alone.hidden_mean, atol=TOL, rtol=0)
+    pairs = [(p, c) for p, conts in zip(PROMPTS, CONTINUATIONS, strict=True) for c in conts]
+    whole = model.target_logprobs([p + c for p, c in pairs], [len(c) for _, c in pairs])
+    cached = [lp for per_prompt in result.continuation_logprobs for lp in per_prompt]
+    for (prompt, cont), on_cache, full in zip(pairs, cached, whole, strict=True):
+        assert on_cache.shape == (len(cont),)
+        np.testing.assert_allclose(on_cache, full, atol=TOL, rtol=0)
+        np.testing.assert_allclose(on_cache, hf_token_logprobs(hf, prompt, cont), atol=TOL, rtol=0)
+    # each prompt once, each multi-token continuation as [last prompt token] + continuation
+    expected = sum(map(len, PROMPTS)) + sum(len(c) + 1 for _, c in pairs if len(c) > 1)
+    assert result.tokens_processed == expected
+
+
+def test_generation_continues_from_the_prefill(checkpoints, cache_dir):
+    model = sago_fast.load_model(checkpoints["qwen2"], cache_dir=cache_dir)
+    settings = GenerationSettings(max_new_tokens=6, stop=())
+    result = model.prefill(PROMPTS, CONTINUATIONS, settings)
+    alone = model.generate_ids(PROMPTS, settings)
+    assert [g.token_ids for g in result.generations] == [g.token_ids for g in alone]
+    np.testing.assert_allclose(
+        result.probe.hidden_last, model.probe_ids(PROMPTS).hidden_last, atol=TOL, rtol=0
+    )
+    plain = model.prefill(PROMPTS, CONTINUATIONS)
+    for a, b in zip(result.continuation_logprobs, plain.continuation_logprobs, strict=True):
+        for x, y in zip(a, b, strict=True):
+            np.testing.assert_allclose(x, y, atol=TOL, rtol=0)

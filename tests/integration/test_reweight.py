@@ -1,0 +1,90 @@
+"""Sibling checkpoints (same architecture and config) share one exported graph, re-weighted at load."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import sago_fast
+from sago_fast.checkpoints.tiny import TinySize, build_tiny_checkpoint
+from sago_fast.errors import InputError
+from sago_fast.exporters.cache import copy_export
+from sago_fast.runtime.generate import GenerationSettings
+
+SIZE = TinySize(max_positions=128)
+PROMPTS = [[5, 6, 7, 8, 9], [10, 11], [12, 13, 14]]
+CONTINUATIONS = [[[20, 21], [22]], [[23, 24, 25]], [[26], [27, 28]]]
+TOL = 1e-5
+
+
+def outputs(model):
+    result = model.prefill(PROMPTS, CONTINUATIONS)
+    return result.probe, [lp for conts in result.continuation_logprobs for lp in conts]
+
+
+def assert_same(a, b):
+    (probe_a, conts_a), (probe_b, conts_b) = a, b
+    np.testing.assert_allclose(probe_a.hidden_last, probe_b.hidden_last, atol=TOL, rtol=0)
+    np.testing.assert_allclose(probe_a.hidden_mean, probe_b.hidden_mean, atol=TOL, rtol=0)
+    np.testing.assert_allclose(probe_a.next_logprobs, probe_b.next_logprobs, atol=TOL, rtol=0)
+    for x, y in zip(conts_a, conts_b, strict=True):
+        np.testing.assert_allclose(x, y, atol=TOL, rtol=0)
+
+
+@pytest.mark.parametrize("arch", ["llama", "gemma", "gpt2", "falcon"])  # untied, tied, tied Conv1D, GQA
+def test_reweighted_graph_equals_a_fresh_export(arch, tmp_path, tokenizer):
+    first = build_tiny_checkpoint(arch, tmp_path / "step-1", SIZE, seed=1, tokenizer=tokenizer)
+    second = build_tiny_checkpoint(arch, tmp_path / "step-2", SIZE, seed=2, tokenizer=tokenizer)
+    shared = tmp_path / "shared-cache"
+    with sago_fast.load_model(first, cache_dir=shared) as model:
+        assert not model.exported.reweighted and model.exported.manifest["reweight"]
+    with sago_fast.load_model(second, cache_dir=shared) as reweighted:
+        assert reweighted.exported.reweighted
+        assert not list(reweighted.exported.path.glob("*.onnx"))  # no graph and no weights of its own
+        got = outputs(reweighted)
+        generated = reweighted.generate_ids(PROMPTS, GenerationSettings(max_new_tokens=4, stop=()))
+        standalone = copy_export(reweighted.exported, tmp_path / "standalone")
+    with sago_fast.load_model(second, cache_dir=tmp_path / "fresh-cache") as fresh:
+        assert not fresh.exported.reweighted
+        assert_same(got, outputs(fresh))
+        expected = fresh.generate_ids(PROMPTS, GenerationSettings(max_new_tokens=4, stop=()))
+        assert [g.token_ids for g in generated] == [g.token_ids for g in expected]
+    # `sago export` of a re-weighted entry writes a standalone graph with the sibling's weights
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(str(standalone / "model.onnx"), providers=["CPUExecutionProvider"])
+    with sago_fast.load_model(second, cache_dir=tmp_path / "fresh-cache") as fresh:
+        fresh.session = session
+        assert_same(got, outputs(fresh))
+
+
+def test_other_config_is_exported_again(tmp_path, tokenizer):
+    cache = tmp_path / "cache"
+    small = build_tiny_checkpoint("qwen2", tmp_path / "a", SIZE, tokenizer=tokenizer)
+    deeper = build_tiny_checkpoint(
+        "qwen2", tmp_path / "b", TinySize(layers=3, max_positions=128), tokenizer=tokenizer
+    )
+    sago_fast.load_model(small, cache_dir=cache).close()
+    with sago_fast.load_model(deeper, cache_dir=cache) as model:
+        assert not model.exported.reweighted and model.n_layers == 3
+
+
+def test_without_a_kv_cache_graph_scoring_works_and_generation_is_refused(tmp_path, tokenizer, monkeypatch):
+    import sago_fast.exporters.export as export_module
+
+    real = export_module.unified_config
+
+    def no_past(model, float_dtype="fp32", with_past=True):
+        if with_past:
+            raise RuntimeError("Sizes of tensors must match (simulated with-past failure)")
+        return real(model, float_dtype, with_past=False)
+
+    checkpoint = build_tiny_checkpoint("llama", tmp_path / "ck", SIZE, tokenizer=tokenizer)
+    with sago_fast.load_model(checkpoint, cache_dir=tmp_path / "with-cache") as full:
+        expected = outputs(full)
+    monkeypatch.setattr(export_module, "unified_config", no_past)
+    with sago_fast.load_model(checkpoint, cache_dir=tmp_path / "no-cache") as model:
+        assert model.exported.manifest["kv_cache"] is False and not model.has_kv_cache
+        assert_same(outputs(model), expected)
+        with pytest.raises(InputError, match="cannot generate"):
+            model.generate_ids(PROMPTS, GenerationSettings(max_new_tokens=2))
