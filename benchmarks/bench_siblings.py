@@ -5,7 +5,8 @@ Compares, on checkpoints of one shape with different weights:
   siblings        : export + load of all N checkpoints into one cache (the first exported, the others
                     re-weighted: the shared graph with each checkpoint's safetensors as external initializers)
 and reports the ratio siblings / single (target <= 2x), the cache bytes per checkpoint against the weight
-bytes at the export dtype, and the peak resident memory of a process that loads one checkpoint and probes.
+bytes at the export dtype, and the memory a process adds by loading one checkpoint and probing (private
+pages, and file pages of memory-mapped weights), for the exported checkpoint and for a re-weighted one.
 
     python benchmarks/bench_siblings.py                   # SmolLM2-135M shape, 10 checkpoints (~4 min)
     python benchmarks/bench_siblings.py --shape small -n 4
@@ -32,10 +33,15 @@ SHAPES = {
 }
 
 RSS_PROBE = """
-import json, resource, sys, sago_fast
+import json, sys, sago_fast
+def memory():  # MiB: private (anonymous) and file-backed resident pages
+    fields = dict(line.split(":", 1) for line in open("/proc/self/status"))
+    return {k: int(fields[k].split()[0]) / 1024 for k in ("RssAnon", "RssFile")}
+before = memory()
 model = sago_fast.load_model(sys.argv[1], cache_dir=sys.argv[2])
 model.probe(["The capital of France is"] * 8)
-print(json.dumps({"peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+after = memory()
+print(json.dumps({"reweighted": model.exported.reweighted, **{k: after[k] - before[k] for k in after}}))
 """
 
 
@@ -76,16 +82,19 @@ def main() -> None:
 
     entries = [p for p in cache.iterdir() if p.is_dir() and (p / "manifest.json").is_file()]
     cache_bytes = folder_bytes(cache)
-    rss = json.loads(
-        subprocess.run(
-            [sys.executable, "-c", RSS_PROBE, str(steps[-1]), str(cache)],
-            capture_output=True,
-            text=True,
-            check=True,
+    memory = [
+        json.loads(
+            subprocess.run(
+                [sys.executable, "-c", RSS_PROBE, str(step), str(cache)],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+            .stdout.strip()
+            .splitlines()[-1]
         )
-        .stdout.strip()
-        .splitlines()[-1]
-    )["peak_rss_mib"]
+        for step in (steps[0], steps[-1])
+    ]
     print(f"single export + load     : {single:7.1f} s")
     print(
         f"{args.n} siblings export + load: {siblings:7.1f} s  (ratio {siblings / single:.2f}x a single export; target <= 2x)"
@@ -95,10 +104,13 @@ def main() -> None:
         f"per checkpoint; {cache_bytes / weight_bytes:.2f}x one checkpoint's weights in all "
         f"(single-entry cache {folder_bytes(single_cache) / weight_bytes:.2f}x its weights)"
     )
-    print(
-        f"peak resident memory loading a re-weighted sibling and probing: {rss:.0f} MiB "
-        f"({rss * 2**20 / weight_bytes:.2f}x its weight bytes, Python and libraries included)"
-    )
+    for m in memory:
+        kind = "re-weighted sibling" if m["reweighted"] else "exported checkpoint"
+        print(
+            f"memory added by loading the {kind} and probing 8 prompts: {m['RssAnon']:.0f} MiB private "
+            f"({m['RssAnon'] * 2**20 / weight_bytes:.2f}x its weight bytes) + {m['RssFile']:.0f} MiB of "
+            "file pages (memory-mapped weights, shared and evictable)"
+        )
 
 
 if __name__ == "__main__":

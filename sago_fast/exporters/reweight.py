@@ -87,23 +87,55 @@ def sibling_fits(checkpoint: Checkpoint, reweight: dict[str, Any]) -> bool:
     return all(stored.get(name) == shape for name, shape in reweight["shapes"].items())
 
 
+SAFETENSORS_DTYPES = {"F32": np.float32, "F16": np.float16}
+
+
 def load_arrays(folder: Path, names: Sequence[str], dtype: str) -> dict[str, np.ndarray]:
-    """The named tensors of ``folder``'s safetensors files as numpy arrays of the export dtype."""
+    """The named tensors of ``folder``'s safetensors files as numpy arrays of the export dtype.
+
+    Tensors already stored in that dtype are memory-mapped from the file (clean, shared pages: no copy in
+    process memory); others (bf16, or another float width) are read and converted."""
     import torch
     from safetensors import safe_open
 
     wanted = set(names)
-    target = torch.float16 if dtype == "fp16" else torch.float32
+    target = np.float16 if dtype == "fp16" else np.float32
     arrays: dict[str, np.ndarray] = {}
     for file in safetensors_files(folder):
-        with safe_open(str(file), framework="pt") as handle:
-            for name in handle.keys():
-                if name in wanted:
-                    arrays[name] = np.ascontiguousarray(handle.get_tensor(name).to(target).numpy())
+        header_size = int.from_bytes(_head(file), "little")
+        header = json.loads(_read(file, 8, header_size))
+        convert = []
+        for name, info in header.items():
+            if name not in wanted:
+                continue
+            stored = SAFETENSORS_DTYPES.get(info["dtype"])
+            if stored is target:
+                start, _ = info["data_offsets"]
+                arrays[name] = np.memmap(
+                    file, dtype=target, mode="r", offset=8 + header_size + start, shape=tuple(info["shape"])
+                )
+            else:
+                convert.append(name)
+        if convert:
+            torch_target = torch.float16 if dtype == "fp16" else torch.float32
+            with safe_open(str(file), framework="pt") as handle:
+                for name in convert:
+                    arrays[name] = np.ascontiguousarray(handle.get_tensor(name).to(torch_target).numpy())
     missing = sorted(wanted - set(arrays))
     if missing:
         raise ExportError(f"{folder}: no tensor {missing[0]!r} to re-weight the shared graph with")
     return arrays
+
+
+def _head(file: Path) -> bytes:
+    with file.open("rb") as handle:
+        return handle.read(8)
+
+
+def _read(file: Path, offset: int, size: int) -> bytes:
+    with file.open("rb") as handle:
+        handle.seek(offset)
+        return handle.read(size)
 
 
 def load_initializers(
