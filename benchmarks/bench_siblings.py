@@ -33,7 +33,7 @@ SHAPES = {
 }
 
 RSS_PROBE = """
-import json, sys, sago_fast
+import json, sys, onnxruntime, optimum.exporters.onnx, torch, transformers, sago_fast  # libraries first
 def memory():  # MiB: private (anonymous) and file-backed resident pages
     fields = dict(line.split(":", 1) for line in open("/proc/self/status"))
     return {k: int(fields[k].split()[0]) / 1024 for k in ("RssAnon", "RssFile")}
