@@ -4,7 +4,8 @@ Three contenders, interleaved round by round, medians:
   sago          one prefill per variant: options scored on the prompt's KV cache
   sago-before   the scoring path before that change: a probe pass, then every (prompt, option) pair as a
                 whole sequence (emulated on the same graph: SagoModel.prefill scores whole sequences)
-  reference     HF transformers eager + scipy + pandas (below)
+  reference     HF transformers eager + scipy + pandas (below), scoring what sago stores: every option
+                (cloze, cloze_norm) and every displayed label (letter), each pair a whole sequence
 Also counted: tokens processed through the model per variant, against the prompt length.
 
 Same checkpoint, same variants (built-in `capitals` suite). Both pipelines:
@@ -80,13 +81,13 @@ def reference_pipeline(
             next_logp.append(torch.log_softmax(out.logits[:, -1], -1).numpy())
     hidden = {"last": np.concatenate(last, 1), "mean": np.concatenate(mean, 1)}
     next_p = np.exp(np.concatenate(next_logp))
-    # 2. options
+    # 2. every answer mode: options (cloze, cloze_norm) and the displayed labels (letter), as sago stores
     pairs = [
         (vi, oi, *encode_pair(tok, v.prompt, " " + o))
         for vi, v in enumerate(variants)
-        for oi, o in enumerate(examples[v.example_id].options)
+        for oi, o in enumerate([*examples[v.example_id].options, *v.option_labels])
     ]
-    loglik = np.zeros((len(variants), 4))
+    loglik = np.zeros((len(variants), 8))
     with torch.inference_mode():
         for start in range(0, len(pairs), BATCH):
             chunk = pairs[start : start + BATCH]
@@ -104,6 +105,16 @@ def reference_pipeline(
                 n = len(cont)
                 positions = np.arange(x.shape[1] - n - 1, x.shape[1] - 1)
                 loglik[vi, oi] = logp[row, positions, cont].sum()
+    chars = np.array([[len(o) for o in examples[v.example_id].options] for v in variants])
+    letter = np.empty((len(variants), 4))
+    for vi, v in enumerate(variants):
+        letter[vi, list(v.option_order)] = loglik[vi, 4:]
+    mode_answers = {
+        "cloze": loglik[:, :4].argmax(1),
+        "cloze_norm": (loglik[:, :4] / chars).argmax(1),
+        "letter": letter.argmax(1),
+    }
+    loglik = loglik[:, :4]
     answers = loglik.argmax(1)
     option_p = np.exp(loglik - loglik.max(1, keepdims=True))
     option_p /= option_p.sum(1, keepdims=True)
@@ -162,9 +173,18 @@ def reference_pipeline(
             "p_gold": [option_p[i, examples[v.example_id].answer_index] for i, v in enumerate(variants)],
         }
     )
+    modes = pd.DataFrame(
+        [(v.variant_id, mode, int(a[i])) for mode, a in mode_answers.items() for i, v in enumerate(variants)],
+        columns=["variant_id", "answer_mode", "answer_index"],
+    )
     items = pd.DataFrame(item_rows, columns=["example_id", "axis", "metric", "family", "value"])
     layers = pd.DataFrame(layer_rows, columns=["example_id", "layer", "pooling", "metric", "family", "value"])
-    for name, frame in (("outputs", outputs), ("item_scores", items), ("layer_scores", layers)):
+    for name, frame in (
+        ("outputs", outputs),
+        ("mode_answers", modes),
+        ("item_scores", items),
+        ("layer_scores", layers),
+    ):
         con.register("frame", frame)
         con.execute(f"CREATE TABLE {name} AS SELECT * FROM frame")
         con.unregister("frame")

@@ -58,7 +58,9 @@ def unified_forward(
     """The graph's computation (see the module docstring); also the eager reference in tests.
 
     with_past=False: the graph of an architecture whose cached graph cannot be exported (no past inputs,
-    no present outputs: prefills and whole-sequence scoring only)."""
+    no present outputs: prefills and whole-sequence scoring only). The model class's own ``forward`` is
+    called, not Optimum's re-wrapped one: with transformers >= 4.54 the re-wrapped forward returns the
+    *pre-norm* residual as the last hidden state, while HF eager returns it after the final norm."""
     mask = attention_mask.to(torch.int64)  # (batch, past + new)
     new = torch.ones_like(input_ids[0]).sum()
     positions = (mask.cumsum(-1) - 1).clamp(min=0)  # (batch, past + new)
