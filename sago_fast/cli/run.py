@@ -88,6 +88,14 @@ def run_command(
             help="Data file (a train/dev split) the demonstrations come from (default: the dataset).",
         ),
     ] = None,
+    field: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--field",
+            help="Data files: NAME=SOURCE field mapping (repeatable), e.g. question=question.stem, "
+            "answer_offset=1.",
+        ),
+    ] = None,
     config: Annotated[
         Path | None, typer.Option("--config", help="YAML file with the same settings; options override it.")
     ] = None,
@@ -118,6 +126,7 @@ def run_command(
         "system_prompt": system_prompt,
         "num_fewshot": num_fewshot,
         "fewshot_from": fewshot_from,
+        "fields": tuple(field) if field else None,
         "stop": tuple(s.replace("\\n", "\n").replace("\\t", "\t") for s in stop) if stop else None,
     }
     if config is not None:

@@ -23,7 +23,8 @@ from sago_fast.types import Example
 
 @dataclass(frozen=True)
 class FieldMap:
-    """Names of the fields in the source records."""
+    """Names of the fields in the source records; a dotted name (``question.stem``) reads a nested field.
+    answer_offset: subtracted from an integer answer (1 for formats that count options from 1)."""
 
     id: str = "id"
     question: str = "question"
@@ -33,18 +34,25 @@ class FieldMap:
     answers: str = "answers"
     a: str = "a"
     b: str = "b"
+    answer_offset: int = 0
 
     @classmethod
-    def parse(cls, pairs: list[str]) -> FieldMap:
-        """From CLI strings like ``question=stem``."""
-        mapping: dict[str, str] = {}
+    def parse(cls, pairs: list[str] | tuple[str, ...]) -> FieldMap:
+        """From CLI strings like ``question=stem``, ``question=question.stem`` or ``answer_offset=1``."""
+        mapping: dict[str, Any] = {}
         for pair in pairs:
             key, sep, value = pair.partition("=")
-            if not sep or key not in cls.__dataclass_fields__:
+            if not sep or key not in cls.__dataclass_fields__ or not value.strip():
                 raise InputError(
                     f"--field {pair!r}: expected NAME=SOURCE_FIELD with NAME in {', '.join(cls.__dataclass_fields__)}"
                 )
-            mapping[key] = value
+            if key == "answer_offset":
+                try:
+                    mapping[key] = int(value)
+                except ValueError:
+                    raise InputError(f"--field {pair!r}: answer_offset must be an integer") from None
+            else:
+                mapping[key] = value
         return cls(**mapping)
 
 
@@ -119,10 +127,26 @@ def _csv_value(value: str | None) -> Any:
     return value
 
 
+def _has(record: Mapping[str, Any], field: str) -> bool:
+    return _value(record, field) is not None
+
+
+def _value(record: Mapping[str, Any], field: str) -> Any:
+    """record[field], or record[a][b] for a dotted ``a.b`` (None when a step is missing)."""
+    if field in record:
+        return record[field]
+    value: Any = record
+    for step in field.split("."):
+        if not isinstance(value, Mapping) or step not in value:
+            return None
+        value = value[step]
+    return value
+
+
 def _text(record: Mapping[str, Any], field: str, where: str) -> str:
-    if field not in record or record[field] is None:
+    value = _value(record, field)
+    if value is None:
         raise InputError(f"{where}: field '{field}' is missing")
-    value = record[field]
     if not isinstance(value, str):
         raise InputError(f"{where}: field '{field}' must be a string")
     if not value.strip():
@@ -131,7 +155,7 @@ def _text(record: Mapping[str, Any], field: str, where: str) -> str:
 
 
 def _string_list(record: Mapping[str, Any], field: str, where: str, minimum: int) -> tuple[str, ...]:
-    value = record.get(field)
+    value = _value(record, field)
     if value is None:
         raise InputError(f"{where}: field '{field}' is missing")
     if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
@@ -145,29 +169,30 @@ def _string_list(record: Mapping[str, Any], field: str, where: str, minimum: int
 
 def parse_record(record: Mapping[str, Any], fields: FieldMap, where: str) -> Example:
     """One source record → Example; the task type follows from which fields are present."""
-    raw_id = record.get(fields.id)
+    raw_id = _value(record, fields.id)
     if raw_id is None or str(raw_id).strip() == "":
         raise InputError(f"{where}: field '{fields.id}' is missing")
     example_id = str(raw_id)
-    if fields.a in record and fields.b in record:
+    if _has(record, fields.a) and _has(record, fields.b):
         question = _text(record, fields.question, where)
         items = (_text(record, fields.a, where), _text(record, fields.b, where))
-        answer = record.get(fields.answer)
+        answer = _value(record, fields.answer)
         if answer not in ("a", "b"):
             raise InputError(f'{where}: field \'{fields.answer}\' must be "a" or "b"')
         return Example(example_id, "pairwise", question, items, 0 if answer == "a" else 1)
-    if fields.options in record:
+    if _has(record, fields.options):
         question = _text(record, fields.question, where)
         options = _string_list(record, fields.options, where, minimum=2)
-        answer = record.get(fields.answer)
+        answer = _value(record, fields.answer)
         if isinstance(answer, bool) or not isinstance(answer, int):
             raise InputError(f"{where}: field '{fields.answer}' must be an integer option index")
+        answer -= fields.answer_offset
         if not 0 <= answer < len(options):
             raise InputError(
                 f"{where}: field '{fields.answer}' = {answer} is out of range for {len(options)} options"
             )
         return Example(example_id, "multiple_choice", question, options, answer)
-    if fields.prompt in record:
+    if _has(record, fields.prompt):
         prompt = _text(record, fields.prompt, where)
         answers = _string_list(record, fields.answers, where, minimum=1)
         return Example(example_id, "generation", prompt, answers=answers)

@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+import csv
 import hashlib
+import logging
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from sago_fast.datasets.builtin import SUITES
-from sago_fast.datasets.readers import FieldMap, read_examples
+from sago_fast.datasets.formats import FORMATS, detect, mmlu_rows, parse_records, split_prefix
+from sago_fast.datasets.readers import FieldMap, _has, _records, read_examples
 from sago_fast.errors import InputError
 from sago_fast.registry import UnknownNameError
 from sago_fast.types import Example
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -19,6 +26,7 @@ class Dataset:
     name: str
     source: str  # "built-in" or the file path
     examples: tuple[Example, ...]
+    reader: str = "builtin"  # "builtin", "sago" (the SPEC schema), or a published format (mmlu, arc, ...)
 
     @property
     def task_types(self) -> tuple[str, ...]:
@@ -36,24 +44,85 @@ def _file_hash(path: Path) -> str:
 def load_dataset(
     name_or_path: str, *, fields: FieldMap = FieldMap(), limit: int | None = None, seed: int = 0
 ) -> Dataset:
-    """A built-in suite (``arithmetic``, ``capitals``, ``comparison``, ``letters``) or a dataset file."""
+    """A built-in suite (``arithmetic``, ``capitals``, ``comparison``, ``letters``), a data file or folder
+    (SPEC schema, or a published format detected from its shape or named by a prefix: ``mmlu:path``), or
+    a Hugging Face hub dataset ``hf:ORG/NAME[:CONFIG][:SPLIT]``."""
     if limit is not None and limit < 1:
         raise InputError(f"--limit must be positive, not {limit}")
-    path = Path(name_or_path)
     if name_or_path in SUITES:
         examples = SUITES.get(name_or_path).build(limit, seed=seed)
         suffix = "" if seed == 0 else f"@seed{seed}"
         return Dataset(f"{name_or_path}{suffix}", name_or_path, "built-in", tuple(examples))
+    if name_or_path.startswith("hf:"):
+        from sago_fast.datasets.hub import load_hub_dataset
+
+        return load_hub_dataset(name_or_path, fields, limit)
+    fmt, target = split_prefix(name_or_path)
+    path = Path(target)
     if path.exists():
-        examples = read_examples(path, fields)
+        examples, reader = read_any(path, fields, fmt)
         if limit is not None:
             examples = examples[:limit]
-        return Dataset(f"{path.stem}-{_file_hash(path)}", path.stem, str(path), tuple(examples))
-    looks_like_path = any(ch in name_or_path for ch in "/\\.")
+        log.info("dataset %s read as %s", path, reader)
+        return Dataset(f"{path.stem}-{_file_hash(path)}", path.stem, str(path), tuple(examples), reader)
+    looks_like_path = fmt is not None or any(ch in name_or_path for ch in "/\\.")
     if looks_like_path:
-        raise InputError(f"{name_or_path}: no such dataset file")
+        raise InputError(f"{target}: no such dataset file")
     try:
         SUITES.get(name_or_path)
     except UnknownNameError as exc:
         raise InputError(f"{exc} — or give a path to a .jsonl/.csv/.parquet file") from None
     raise AssertionError("unreachable")
+
+
+def read_any(path: Path, fields: FieldMap, fmt: str | None) -> tuple[list[Example], str]:
+    """Examples of ``path`` and the reader used: ``fmt`` when given, else the SPEC schema when the first
+    record has its fields, else the one published format the record's shape matches."""
+    if fmt == "mmlu" or (fmt is None and looks_like_mmlu(path)):
+        return checked_ids(parse_records("mmlu", mmlu_rows(path), path), path), "mmlu"
+    if fmt is not None:
+        return checked_ids(parse_records(fmt, _sourced(path), path), path), fmt
+    first = next(iter(_records(path)), None)
+    if first is not None and not _spec_shaped(first[1], fields):
+        detected = detect(first[1])
+        if detected is not None:
+            return checked_ids(parse_records(detected, _sourced(path), path), path), detected
+    return read_examples(path, fields), "sago"
+
+
+def _sourced(path: Path) -> Iterator[tuple[str, str, Any]]:
+    for line, record in _records(path):
+        yield f"{path}:{line}", f"{path.stem}-{line}", record
+
+
+def _spec_shaped(record: Any, fields: FieldMap) -> bool:
+    return (
+        _has(record, fields.options)
+        or _has(record, fields.prompt)
+        or (_has(record, fields.a) and _has(record, fields.b))
+    )
+
+
+def looks_like_mmlu(path: Path) -> bool:
+    """A CSV (or a folder of them) whose first row is 6 cells ending in an answer letter, no header."""
+    files = sorted(path.glob("*.csv")) if path.is_dir() else [path] if path.suffix.lower() == ".csv" else []
+    if not files or (path.is_dir() and (path / "state.json").is_file()):
+        return False
+    with files[0].open(newline="", encoding="utf-8", errors="replace") as handle:
+        row = next(csv.reader(handle), [])
+    return len(row) == 6 and row[-1].strip() in ("A", "B", "C", "D")
+
+
+def checked_ids(examples: list[Example], path: Path) -> list[Example]:
+    """Examples with unique ids (one line naming the duplicate otherwise)."""
+    seen: set[str] = set()
+    for example in examples:
+        if example.example_id in seen:
+            raise InputError(f"{path}: duplicate id {example.example_id!r}")
+        seen.add(example.example_id)
+    if not examples:
+        raise InputError(f"{path}: no examples (empty file)")
+    return examples
+
+
+__all__ = ["FORMATS", "Dataset", "load_dataset", "read_any"]

@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from sago_fast.datasets.readers import FieldMap
 from sago_fast.errors import InputError
 from sago_fast.runtime.answering import AnswerSettings
 from sago_fast.runtime.generate import GenerationSettings
@@ -31,7 +32,8 @@ class RunConfig:
     stored in ``mode_answers``); chat_template: "none" (plain prompts) or "auto" (the tokenizer's chat
     template when it has one); system_prompt: the system turn of every prompt; num_fewshot: demonstrations
     per prompt, drawn (seeded, never the example itself) from ``fewshot_from`` (a data file or suite) or
-    else from the dataset itself.
+    else from the dataset itself; fields: ``NAME=SOURCE`` field mappings for data files (as ``sago
+    variants --field``; dotted sources read nested fields, ``answer_offset=1`` for 1-based answers).
     """
 
     models: tuple[str, ...]
@@ -56,6 +58,7 @@ class RunConfig:
     system_prompt: str | None = None
     num_fewshot: int = 0
     fewshot_from: str | None = None
+    fields: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.models:
@@ -82,12 +85,17 @@ class RunConfig:
         PromptFormat(self.chat_template, self.system_prompt)  # validates both
         if not isinstance(self.num_fewshot, int) or self.num_fewshot < 0:
             raise InputError(f"num_fewshot must be a non-negative integer, not {self.num_fewshot!r}")
+        FieldMap.parse(list(self.fields))  # an unknown field name is one line
         if self.fewshot_from is not None and self.num_fewshot == 0:
             raise InputError("--fewshot-from needs --num-fewshot N (how many demonstrations per prompt)")
 
     @property
     def generation(self) -> GenerationSettings:
         return GenerationSettings(max_new_tokens=self.max_new_tokens, stop=tuple(self.stop))
+
+    @property
+    def field_map(self) -> FieldMap:
+        return FieldMap.parse(list(self.fields))
 
     @property
     def prompt_format(self) -> PromptFormat:
@@ -126,7 +134,9 @@ class RunConfig:
                 f"{file}: unknown key(s) {', '.join(unknown)} (known: {', '.join(sorted(known))})"
             )
         merged = {**data, **{k: v for k, v in overrides.items() if v not in (None, (), [])}}
-        for key in ("models", "datasets", "families", "stop"):
+        if isinstance(merged.get("fields"), dict):  # YAML mapping {question: question.stem, ...}
+            merged["fields"] = [f"{k}={v}" for k, v in merged["fields"].items()]
+        for key in ("models", "datasets", "families", "stop", "fields"):
             if isinstance(merged.get(key), str):
                 merged[key] = [merged[key]]
             if merged.get(key) is not None:

@@ -123,14 +123,18 @@ def result_settings(config: RunConfig) -> dict[str, object]:
         "system_prompt": config.system_prompt,
         "num_fewshot": config.num_fewshot,
         "fewshot_from": config.fewshot_from,
+        "fields": config.fields,
         "sago_fast": __version__,
     }
 
 
 def plan_run(config: RunConfig) -> Plan:
     """Datasets, variants and units of ``config``; validates everything before any model is exported."""
-    datasets = [load_dataset(name, limit=config.limit, seed=config.seed) for name in config.datasets]
-    pool = load_dataset(config.fewshot_from).examples if config.fewshot_from else ()
+    fields = config.field_map
+    datasets = [
+        load_dataset(name, fields=fields, limit=config.limit, seed=config.seed) for name in config.datasets
+    ]
+    pool = load_dataset(config.fewshot_from, fields=fields).examples if config.fewshot_from else ()
     variant_config = VariantConfig(
         families=config.families,
         k=config.variants_per_family,

@@ -156,6 +156,7 @@ def unit_rows(
             "dataset_id": [data.dataset_id],
             "name": [data.name],
             "source": [data.source],
+            "reader": [data.reader],
             "task_type": [",".join(data.task_types)],
             "n_examples": [len(examples)],
         },

@@ -270,4 +270,11 @@ MIGRATIONS: tuple[Migration, ...] = (
         );
         """,
     ),
+    Migration(
+        6,
+        "published benchmark formats: the reader each dataset was read with",
+        """
+        ALTER TABLE datasets ADD COLUMN reader VARCHAR;
+        """,
+    ),
 )
