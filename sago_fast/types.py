@@ -64,6 +64,7 @@ class Example:
     options: tuple[str, ...] = ()
     answer_index: int | None = None
     answers: tuple[str, ...] = ()
+    answer_type: str = "text"  # generation: "text" (first line, normalised) or "number" (last number, GSM8K)
 
     @property
     def has_options(self) -> bool:

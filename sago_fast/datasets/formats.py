@@ -184,8 +184,9 @@ def _gsm8k(record: Mapping[str, Any], where: str, default_id: str) -> Example:
     match = GSM8K_FINAL.search(answer)
     if match is None:
         raise InputError(f"{where}: field 'answer' must end with '#### <number>'")
+    number = gsm8k_number(match.group(1))
     return Example(
-        _id(record, "id", default_id), "generation", question, answers=(gsm8k_number(match.group(1)),)
+        _id(record, "id", default_id), "generation", question, answers=(number,), answer_type="number"
     )
 
 

@@ -1,7 +1,8 @@
 """Generation-task answers per variant: greedy generation, answer extraction, correctness, P(gold).
 
 answer      = the first non-empty line of the generation, without a leading "Answer:"-style label,
-              wrapping quotes or a final full stop (``extract_answer``)
+              wrapping quotes or a final full stop (``extract_answer``); for numeric answers (GSM8K) the
+              last number in the generation, thousands separators dropped (``extract_number``)
 key         = the comparison form: SQuAD normalisation (lower case, no punctuation, no articles); when that
               leaves nothing (the answer *is* "a" or "the"), lower case without punctuation (``answer_key``)
 correct     = the key equals the key of any reference answer (normalised exact match)
@@ -47,6 +48,22 @@ class FreeAnswer:
     text_token_ids: tuple[int, ...]  # the generation text re-tokenised (for token-F1 between variants)
 
 
+NUMBER = re.compile(r"-?[\d,]*\.?\d+")
+
+
+def extract_number(text: str) -> str:
+    """The last number in ``text``, GSM8K-normalised (no thousands separators, no trailing ``.0``); ""
+    when there is none (lm-eval's flexible extraction)."""
+    from sago_fast.datasets.formats import gsm8k_number
+
+    found = NUMBER.findall(text)
+    return gsm8k_number(found[-1]).rstrip(".") if found else ""
+
+
+def extract_for(example: Example, text: str) -> str:
+    return extract_number(text) if example.answer_type == "number" else extract_answer(text)
+
+
 def is_correct(answer: str, references: Sequence[str]) -> bool:
     key = answer_key(answer)
     return bool(key) and any(key == answer_key(ref) for ref in references)
@@ -83,7 +100,7 @@ def free_answers(
     for index, (variant, generation, text_ids) in enumerate(
         zip(variants, generations, text_token_ids, strict=True)
     ):
-        answer = extract_answer(generation.text)
+        answer = extract_for(by_id[variant.example_id], generation.text)
         answers.append(
             FreeAnswer(
                 generation=generation,
