@@ -39,6 +39,7 @@ browser:
 lint: $(STAMP)
 	$(VENV)/bin/ruff check sago_fast tests benchmarks
 	$(VENV)/bin/ruff format --check sago_fast tests benchmarks
+	$(VENV)/bin/mypy
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_probe.py

@@ -12,6 +12,7 @@ Both engines run the same token ids; outputs are checked to agree before anythin
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -239,7 +240,9 @@ def run_bench(
             for _ in range(config.repeats):
                 m.seconds.setdefault("sago", []).append(_timed(sago_probe, torch_device))
                 for name, engine in engines.items():
-                    m.seconds.setdefault(name, []).append(_timed(lambda e=engine: hf_probe(e), torch_device))
+                    m.seconds.setdefault(name, []).append(
+                        _timed(functools.partial(hf_probe, engine), torch_device)
+                    )
             results.append(m)
 
         for batch in config.gen_batch_sizes:

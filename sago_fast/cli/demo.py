@@ -35,13 +35,14 @@ def demo_command(
     from sago_fast.store import Store
 
     result = run_demo(DemoConfig(out_dir=out, device=device, n_examples=n_examples))
-    with Store(result.db_path, read_only=True) as store:
+    db = str(result.db_path)  # the demo never shards: it always writes its database
+    with Store(db, read_only=True) as store:
         columns, rows = summary_rows(store, result.run_id)
     typer.echo(render_table(columns, rows))
     typer.echo(
         f"\nrun {result.run_id} on {result.provider}: {len(result.units)} units (checkpoint × dataset)"
     )
-    typer.echo(f"results: {Path(result.db_path).resolve()}")
-    report = write_report(result.db_path, out / "report.html", result.run_id)
+    typer.echo(f"results: {Path(db).resolve()}")
+    report = write_report(db, out / "report.html", result.run_id)
     typer.echo(f'report:  {report.resolve()}  (statistics: sago query --db {result.db_path} "{STATS_SQL}")')
     typer.echo(f'try:     sago query --db {result.db_path} "{EXAMPLE_SQL}"')

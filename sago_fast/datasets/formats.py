@@ -271,21 +271,21 @@ def piqa_labels(path: Path) -> list[str]:
 
 
 def parse_records(
-    name: str, records: Iterator[tuple[str, str, Mapping[str, Any]]], path: Path
+    name: str, records: Iterator[tuple[str, str, Mapping[str, Any]]], path: Path | None
 ) -> list[Example]:
-    """Every record through format ``name`` (PIQA's labels joined from its labels file)."""
+    """Every record through format ``name``; PIQA's labels are joined from the labels file beside
+    ``path`` (no path: a hub dataset, whose rows carry their label)."""
     fmt = FORMATS.get(name)
-    labels = piqa_labels(path) if name == "piqa" and path.is_file() else None
+    labels = piqa_labels(path) if name == "piqa" and path is not None and path.is_file() else None
     examples = []
+    labels_name = f"{path.stem}-labels.lst" if path is not None else "labels"
     for n, (where, default_id, record) in enumerate(records):
         if labels is not None:
             if n >= len(labels):
-                raise InputError(
-                    f"{where}: no label for this record: {path.stem}-labels.lst has {len(labels)} lines"
-                )
+                raise InputError(f"{where}: no label for this record: {labels_name} has {len(labels)} lines")
             record = {**record, "label": labels[n]}
         examples.append(fmt.parse(record, where, default_id))
-    if labels is not None and len(labels) != len(examples):
+    if labels is not None and path is not None and len(labels) != len(examples):
         raise InputError(
             f"{path}: {path.stem}-labels.lst has {len(labels)} labels for {len(examples)} records"
         )

@@ -60,7 +60,7 @@ def load_hub_dataset(spec: str, fields: FieldMap, limit: int | None) -> Any:
     fmt = detect(records[0][2])
     spec_fields = (fields.options, fields.prompt, fields.a)
     if fmt is not None and not any(field in records[0][2] for field in spec_fields):
-        examples = parse_records(fmt, iter(records), _NoPath())
+        examples = parse_records(fmt, iter(records), None)
         reader = fmt
     else:
         examples = [parse_record(record, fields, where) for where, _, record in records]
@@ -74,12 +74,3 @@ def load_hub_dataset(spec: str, fields: FieldMap, limit: int | None) -> Any:
         tuple(checked_ids(examples, spec)),
         reader,  # type: ignore[arg-type]
     )
-
-
-class _NoPath:
-    """A hub dataset has no file beside which a labels file could lie (PIQA labels must be in the rows)."""
-
-    stem = "hub"
-
-    def is_file(self) -> bool:
-        return False

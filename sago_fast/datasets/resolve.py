@@ -113,7 +113,7 @@ def looks_like_mmlu(path: Path) -> bool:
     return len(row) == 6 and row[-1].strip() in ("A", "B", "C", "D")
 
 
-def checked_ids(examples: list[Example], path: Path) -> list[Example]:
+def checked_ids(examples: list[Example], path: Path | str) -> list[Example]:
     """Examples with unique ids (one line naming the duplicate otherwise)."""
     seen: set[str] = set()
     for example in examples:

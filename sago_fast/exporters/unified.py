@@ -154,7 +154,8 @@ class UnifiedPatcher(ModelPatcher):
             **_: Any,
         ) -> Any:
             with_past = bool(getattr(config, "use_past_in_inputs", True))
-            return unified_forward(model, input_ids, attention_mask, past_key_values, target_ids, with_past)
+            targets = target_ids if target_ids is not None else input_ids[:, :0]
+            return unified_forward(model, input_ids, attention_mask, past_key_values, targets, with_past)
 
         self.patched_forward = patched_forward
 

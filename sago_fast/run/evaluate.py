@@ -18,6 +18,7 @@ from sago_fast.axes.records import ExampleOutputs, ItemScore
 from sago_fast.datasets.resolve import Dataset
 from sago_fast.errors import InputError
 from sago_fast.runtime.answering import AnswerSettings, AnyAnswer, UnitAnswers, answer_unit
+from sago_fast.runtime.free_answers import FreeAnswer
 from sago_fast.runtime.generate import GenerationSettings
 from sago_fast.runtime.options import OptionAnswer
 from sago_fast.runtime.prompting import model_prompts
@@ -118,7 +119,7 @@ def evaluate_unit(
             scores += confidence_scores(outputs, families, next_token_probs=next_token[rows])
             scores += mirroring_scores(outputs)
         else:
-            free = [answers[r] for r in rows]
+            free = [a for a in (answers[r] for r in rows) if isinstance(a, FreeAnswer)]
             scores += text_agreement_scores(outputs, [a.text_token_ids for a in free], families)
             p_gold = np.array([a.p_gold for a in free])
             scores += confidence_scores(outputs, families, next_token_probs=next_token[rows], p_gold=p_gold)
@@ -173,7 +174,7 @@ def example_outputs(
 ) -> ExampleOutputs:
     """What the axes read for one example (canonical variant first). Generation tasks have no options:
     answers are answer keys and the option arrays are empty."""
-    common = {
+    common: dict[str, Any] = {
         "example_id": example.example_id,
         "correct": np.array([a.correct for a in answers]),
         "families": tuple(v.family for v in variants),

@@ -89,13 +89,13 @@ def merge_shards(paths: Sequence[str | os.PathLike[str]], db: str | os.PathLike[
             run_id, unit_id = manifest["run_id"], manifest["unit_id"]
             planned.setdefault(run_id, set()).update(manifest["planned_units"])
             runs = tables.pop("runs")
-            rows = {
+            unit_rows = {
                 table: {name: arrow.column(name) for name in arrow.column_names}
                 for table, arrow in tables.items()
             }
             with store.transaction():
                 store.insert("runs", {n: runs.column(n) for n in runs.column_names}, key=("run_id",))
-            if write_rows(store, run_id, unit_id, rows):
+            if write_rows(store, run_id, unit_id, unit_rows):
                 result.merged.append(unit_id)
             else:
                 result.already.append(unit_id)

@@ -154,7 +154,7 @@ def plan_run(config: RunConfig) -> Plan:
         checkpoint = resolve_checkpoint(model)
         checkpoints.setdefault(checkpoint.content_hash, checkpoint)  # same content twice: evaluated once
     settings = result_settings(config)
-    units = []
+    units: list[Unit] = []
     for checkpoint in checkpoints.values():
         for data in datasets:
             unit_id = _digest([settings, checkpoint.content_hash, data.dataset_id, 0])

@@ -324,15 +324,15 @@ def load_model(
         else resolve_checkpoint(checkpoint, allow_pickle=allow_pickle)
     )
     exported = ExportCache(cache_dir).get_or_export(ckpt, settings)
-    weights = None
+    weights: Any = None  # a re-weighted graph's tensors, kept alive as long as the session
     initializers = None
     if exported.reweighted:
         from sago_fast.exporters.reweight import load_initializers
 
-        names, values, weights = load_initializers(
+        names, values, arrays = load_initializers(
             ckpt.path, exported.manifest["reweight"]["names"], exported.manifest["dtype"]
         )
-        initializers, weights = (names, values), (values, weights)
+        initializers, weights = (names, values), (values, arrays)
     session, provider = open_session(
         exported.model_path, resolved, session_options or SessionOptions(), initializers
     )

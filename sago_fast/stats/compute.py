@@ -299,7 +299,7 @@ def _rankings(data: RunData, config: StatsConfig, tables: StatsTables) -> None:
                     )
                     if fam == family and axis != ACCURACY[0]:
                         worst[(dataset, model)].append(float(order[j]))
-    for (dataset, model), ranks in sorted(worst.items()):
+    for (dataset, model), axis_ranks in sorted(worst.items()):
         _append(
             tables.rankings,
             run_id=data.run_id,
@@ -309,9 +309,9 @@ def _rankings(data: RunData, config: StatsConfig, tables: StatsTables) -> None:
             axis="worst_axis",
             metric="worst_axis_rank",
             model_id=model,
-            estimate=max(ranks),
+            estimate=max(axis_ranks),
             mean_rank=None,
-            rank=max(ranks),
+            rank=max(axis_ranks),
             friedman_stat=None,
             friedman_p=None,
             nemenyi_cd=None,
