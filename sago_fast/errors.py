@@ -25,3 +25,11 @@ class DeviceError(SagoError):
 
 class StoreError(SagoError):
     """The results database cannot be opened, is locked, or has an unknown schema."""
+
+
+class DiskFullError(StoreError):
+    """A write ran out of disk space (or hit the file size limit); the unit being written was rolled back."""
+
+
+class Interrupted(SagoError):
+    """The user interrupted (Ctrl-C); what was finished is kept. The CLI exits with 130."""

@@ -49,11 +49,14 @@ def main() -> None:
     # The CLI owns its process: Numba's OpenMP pool and OpenBLAS spin-wait after work and, on few cores,
     # slow each other down badly when interleaved. Sleeping waiters cost microseconds instead.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    from sago_fast.errors import SagoError
+    from sago_fast.errors import Interrupted, SagoError
 
     debug = "--debug" in sys.argv[1:]
     try:
         app()
+    except Interrupted as exc:
+        print(f"sago: interrupted: {exc}", file=sys.stderr)
+        sys.exit(130)
     except SagoError as exc:
         if debug:
             raise

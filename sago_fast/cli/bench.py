@@ -49,8 +49,10 @@ def bench_command(
     )
     try:
         result = run_bench(model, config, cache_dir=cache_dir)
-    except ValueError as exc:
-        raise InputError(str(exc)) from None
+    except (ValueError, RuntimeError) as exc:  # bad sizes, engines that disagree: one line, not a traceback
+        raise InputError(
+            f"sago bench: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+        ) from None
     write_json(result, json_out)
     for line in format_table(result):
         typer.echo(line)

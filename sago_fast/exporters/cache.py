@@ -87,11 +87,38 @@ def _graph_path(path: Path, manifest: dict[str, Any]) -> Path:
 
 
 def _read_entry(path: Path) -> dict[str, Any] | None:
+    """The manifest of a complete, undamaged entry; None otherwise (a damaged one is logged)."""
     manifest_file = path / MANIFEST_FILE
     if not manifest_file.is_file():
         return None
-    manifest = json.loads(manifest_file.read_text(encoding="utf-8"))
-    return manifest if _graph_path(path, manifest).is_file() else None
+    try:
+        manifest = json.loads(manifest_file.read_text(encoding="utf-8"))
+    except json.JSONDecodeError:
+        log.warning("export cache entry %s: unreadable manifest; exporting again", path)
+        return None
+    graph = _graph_path(path, manifest)
+    if not graph.is_file():
+        return None
+    owner = _read_manifest(graph.parent) if graph.parent != path else manifest
+    for name, size in (owner or {}).get("file_bytes", {}).items():
+        actual = (graph.parent / name).stat().st_size if (graph.parent / name).is_file() else -1
+        if actual != size:
+            log.warning(
+                "export cache entry %s: %s has %d bytes, its manifest says %d (damaged); exporting again",
+                graph.parent,
+                name,
+                actual,
+                size,
+            )
+            return None
+    return manifest
+
+
+def _read_manifest(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads((path / MANIFEST_FILE).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return None
 
 
 class ExportCache:

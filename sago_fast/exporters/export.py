@@ -129,5 +129,8 @@ def export_checkpoint(
         "kv_cache": kv_cache,
         "reweight": reweight,
     }
+    manifest["file_bytes"] = {
+        f.name: f.stat().st_size for f in sorted(out_dir.iterdir()) if f.name.startswith(MODEL_FILE)
+    }
     (out_dir / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2), encoding="utf-8")
     return manifest

@@ -7,7 +7,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from sago_fast.errors import SagoError
+from sago_fast.errors import DiskFullError, Interrupted, SagoError
 from sago_fast.run.config import RunConfig
 from sago_fast.run.executors import EXECUTORS
 from sago_fast.run.sinks import ParquetShardSink, done_units, write_rows
@@ -80,7 +80,8 @@ def run(config: RunConfig, *, command: str = "run", progress: bool = True) -> Ru
         total=len(units), initial=skipped, desc="sago run", unit="unit", disable=None if progress else True
     )
     try:
-        for outcome in EXECUTORS.get(config.executor)(plan, todo, config):
+        yield_outcomes = EXECUTORS.get(config.executor)(plan, todo, config)
+        for outcome in _interruptible(yield_outcomes, len(units), lambda: len(results) + skipped, config):
             where = f"{outcome.checkpoint} × {plan.datasets[outcome.dataset_id].name}"
             if outcome.rows is None:
                 failed.append((where, outcome.error or "unknown error"))
@@ -96,11 +97,15 @@ def run(config: RunConfig, *, command: str = "run", progress: bool = True) -> Ru
     finally:
         if store is not None:
             status = "done" if not failed and len(results) == len(todo) else "failed"
-            store.query(
-                "UPDATE runs SET status = $status, provider = coalesce(nullif($provider, ''), provider) WHERE run_id = $run",
-                {"status": status, "provider": provider, "run": plan.run_id},
-            )
-            store.close()
+            try:
+                store.query(
+                    "UPDATE runs SET status = $status, provider = coalesce(nullif($provider, ''), provider) WHERE run_id = $run",
+                    {"status": status, "provider": provider, "run": plan.run_id},
+                )
+            except Exception as exc:  # e.g. the disk is still full: the error already on its way says so
+                log.warning("could not record the status of run %s: %s", plan.run_id, exc)
+            finally:
+                store.close()
     if (
         store is not None
         and config.stats
@@ -129,6 +134,18 @@ def run(config: RunConfig, *, command: str = "run", progress: bool = True) -> Ru
     return result
 
 
+def _interruptible(outcomes: Any, total: int, kept: Any, config: RunConfig) -> Any:
+    """``outcomes``, with Ctrl-C turned into one line saying what is kept and how to resume."""
+    try:
+        yield from outcomes
+    except KeyboardInterrupt:
+        where = config.db if config.shard is None else config.shard_dir
+        raise Interrupted(
+            f"{kept()} of {total} units are finished and kept in {where}; the unit in progress was not "
+            "written. Run the same command again to resume."
+        ) from None
+
+
 def _has_stats(db: Any, run_id: str) -> bool:
     """Whether the run already has statistics (a re-run that evaluated nothing new keeps them)."""
     with Store(db, read_only=True) as store:
@@ -138,10 +155,31 @@ def _has_stats(db: Any, run_id: str) -> bool:
 
 def _write(store: Store | None, sink: ParquetShardSink | None, run_id: str, outcome: UnitOutcome) -> None:
     assert outcome.rows is not None
-    if store is not None:
-        write_rows(store, run_id, outcome.unit_id, outcome.rows)
-    elif sink is not None:
-        sink.write(run_id, outcome.unit_id, outcome.rows)
+    try:
+        if store is not None:
+            write_rows(store, run_id, outcome.unit_id, outcome.rows)
+        elif sink is not None:
+            sink.write(run_id, outcome.unit_id, outcome.rows)
+    except Exception as exc:
+        if is_disk_full(exc):
+            where = store.path if store is not None else sink.root  # type: ignore[union-attr]
+            raise DiskFullError(
+                f"the disk is full (writing unit {outcome.checkpoint} to {where}): that unit was rolled back "
+                "and finished units are kept; free some space and run the same command again to finish"
+            ) from None
+        raise
+
+
+DISK_FULL_MARKERS = ("no space left", "file too large", "disk full", "enospc", "efbig")
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """Whether a write failed for want of space (ENOSPC) or by the file size limit (EFBIG)."""
+    import errno
+
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EFBIG):
+        return True
+    return any(marker in str(exc).lower() for marker in DISK_FULL_MARKERS)
 
 
 def _result(outcome: UnitOutcome) -> UnitResult:

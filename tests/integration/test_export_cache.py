@@ -133,3 +133,16 @@ def test_manifest_describes_graph(checkpoints, cache_dir):
     assert manifest["outputs"] == ["hidden_last", "hidden_mean", "next_logprobs", "target_logprobs"]
     assert manifest["files"] == {"model": "model.onnx"} and manifest["kv_cache"] is True
     assert (model.exported.path / "tokenizer.json").is_file()
+
+
+def test_a_damaged_entry_is_exported_again(checkpoints, tmp_path, caplog):
+    cache_dir = tmp_path / "cache"
+    with sago_fast.load_model(checkpoints["llama"], cache_dir=cache_dir) as model:
+        expected = model.probe(["What is 2 + 3?"]).next_logprobs
+        entry = model.exported.path
+    data = entry / "model.onnx_data"
+    data.write_bytes(data.read_bytes()[: data.stat().st_size // 2])  # truncated, as by a full disk
+    with sago_fast.load_model(checkpoints["llama"], cache_dir=cache_dir) as model:
+        assert not model.exported.reused and model.exported.path == entry
+        np.testing.assert_allclose(model.probe(["What is 2 + 3?"]).next_logprobs, expected, atol=1e-5, rtol=0)
+    assert "damaged" in caplog.text
