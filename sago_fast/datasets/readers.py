@@ -56,7 +56,7 @@ class FieldMap:
         return cls(**mapping)
 
 
-def _records(path: Path) -> Iterator[tuple[int, Mapping[str, Any]]]:
+def source_records(path: Path) -> Iterator[tuple[int, Mapping[str, Any]]]:
     """(line number or row number, record) for each record of the file."""
     suffix = path.suffix.lower()
     if path.is_dir():
@@ -127,7 +127,7 @@ def _csv_value(value: str | None) -> Any:
     return value
 
 
-def _has(record: Mapping[str, Any], field: str) -> bool:
+def has_field(record: Mapping[str, Any], field: str) -> bool:
     return _value(record, field) is not None
 
 
@@ -173,14 +173,14 @@ def parse_record(record: Mapping[str, Any], fields: FieldMap, where: str) -> Exa
     if raw_id is None or str(raw_id).strip() == "":
         raise InputError(f"{where}: field '{fields.id}' is missing")
     example_id = str(raw_id)
-    if _has(record, fields.a) and _has(record, fields.b):
+    if has_field(record, fields.a) and has_field(record, fields.b):
         question = _text(record, fields.question, where)
         items = (_text(record, fields.a, where), _text(record, fields.b, where))
         answer = _value(record, fields.answer)
         if answer not in ("a", "b"):
             raise InputError(f'{where}: field \'{fields.answer}\' must be "a" or "b"')
         return Example(example_id, "pairwise", question, items, 0 if answer == "a" else 1)
-    if _has(record, fields.options):
+    if has_field(record, fields.options):
         question = _text(record, fields.question, where)
         options = _string_list(record, fields.options, where, minimum=2)
         answer = _value(record, fields.answer)
@@ -192,7 +192,7 @@ def parse_record(record: Mapping[str, Any], fields: FieldMap, where: str) -> Exa
                 f"{where}: field '{fields.answer}' = {answer} is out of range for {len(options)} options"
             )
         return Example(example_id, "multiple_choice", question, options, answer)
-    if _has(record, fields.prompt):
+    if has_field(record, fields.prompt):
         prompt = _text(record, fields.prompt, where)
         answers = _string_list(record, fields.answers, where, minimum=1)
         return Example(example_id, "generation", prompt, answers=answers)
@@ -209,7 +209,7 @@ def read_examples(path: str | os.PathLike[str], fields: FieldMap = FieldMap()) -
         raise InputError(f"{path}: no such dataset file")
     examples: list[Example] = []
     seen: dict[str, int] = {}
-    for line, record in _records(path):
+    for line, record in source_records(path):
         where = f"{path}:{line}"
         example = parse_record(record, fields, where)
         if example.example_id in seen:

@@ -12,7 +12,7 @@ from typing import Any
 
 from sago_fast.datasets.builtin import SUITES
 from sago_fast.datasets.formats import FORMATS, detect, mmlu_rows, parse_records, split_prefix
-from sago_fast.datasets.readers import FieldMap, _has, _records, read_examples
+from sago_fast.datasets.readers import FieldMap, has_field, read_examples, source_records
 from sago_fast.errors import InputError
 from sago_fast.registry import UnknownNameError
 from sago_fast.types import Example
@@ -82,7 +82,7 @@ def read_any(path: Path, fields: FieldMap, fmt: str | None) -> tuple[list[Exampl
         return checked_ids(parse_records("mmlu", mmlu_rows(path), path), path), "mmlu"
     if fmt is not None:
         return checked_ids(parse_records(fmt, _sourced(path), path), path), fmt
-    first = next(iter(_records(path)), None)
+    first = next(iter(source_records(path)), None)
     if first is not None and not _spec_shaped(first[1], fields):
         detected = detect(first[1])
         if detected is not None:
@@ -91,15 +91,15 @@ def read_any(path: Path, fields: FieldMap, fmt: str | None) -> tuple[list[Exampl
 
 
 def _sourced(path: Path) -> Iterator[tuple[str, str, Any]]:
-    for line, record in _records(path):
+    for line, record in source_records(path):
         yield f"{path}:{line}", f"{path.stem}-{line}", record
 
 
 def _spec_shaped(record: Any, fields: FieldMap) -> bool:
     return (
-        _has(record, fields.options)
-        or _has(record, fields.prompt)
-        or (_has(record, fields.a) and _has(record, fields.b))
+        has_field(record, fields.options)
+        or has_field(record, fields.prompt)
+        or (has_field(record, fields.a) and has_field(record, fields.b))
     )
 
 
