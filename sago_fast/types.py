@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from sago_fast.errors import InputError
+
 
 @dataclass(frozen=True)
 class ProbeResult:
@@ -43,7 +45,7 @@ class ExportSettings:
 
     def __post_init__(self) -> None:
         if self.dtype not in ("fp32", "fp16"):
-            raise ValueError(f"dtype must be 'fp32' or 'fp16', not {self.dtype!r}")
+            raise InputError(f"dtype must be 'fp32' or 'fp16', not {self.dtype!r}")
 
 
 TASK_TYPES = ("multiple_choice", "generation", "pairwise")

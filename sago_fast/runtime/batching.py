@@ -8,6 +8,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from sago_fast.errors import InputError
+
 log = logging.getLogger(__name__)
 
 
@@ -24,7 +26,7 @@ class BatchPolicy:
 
     def __post_init__(self) -> None:
         if self.token_budget < 1 or self.max_batch < 1:
-            raise ValueError("token_budget and max_batch must be positive")
+            raise InputError("token_budget and max_batch must be positive")
 
 
 def plan_batches(

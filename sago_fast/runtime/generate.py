@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from sago_fast.errors import InputError
 from sago_fast.runtime.batching import BatchPolicy, left_pad, plan_batches, run_with_backoff
 
 STOP_REASONS = ("eos", "stop", "length")
@@ -38,9 +39,9 @@ class GenerationSettings:
 
     def __post_init__(self) -> None:
         if self.max_new_tokens < 1:
-            raise ValueError("max_new_tokens must be at least 1")
+            raise InputError("max_new_tokens must be at least 1")
         if any(not s for s in self.stop):
-            raise ValueError("stop strings must be non-empty")
+            raise InputError("stop strings must be non-empty")
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
+from sago_fast.errors import InputError
+
 
 @dataclass(frozen=True)
 class StatsConfig:
@@ -26,9 +28,9 @@ class StatsConfig:
 
     def __post_init__(self) -> None:
         if self.n_resamples < 100:
-            raise ValueError("n_resamples must be at least 100")
+            raise InputError("n_resamples must be at least 100")
         if not 0 < self.confidence < 1 or not 0 < self.alpha < 1:
-            raise ValueError("confidence and alpha must lie in (0, 1)")
+            raise InputError("confidence and alpha must lie in (0, 1)")
 
 
 def _finite(values: np.ndarray) -> np.ndarray:

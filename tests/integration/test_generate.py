@@ -103,7 +103,7 @@ def test_cut_at_stop():
 
 
 def test_settings_are_checked():
-    with pytest.raises(ValueError):
+    with pytest.raises(InputError):
         GenerationSettings(max_new_tokens=0)
-    with pytest.raises(ValueError):
+    with pytest.raises(InputError):
         GenerationSettings(stop=("",))

@@ -3,6 +3,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from sago_fast.errors import InputError
 from sago_fast.runtime.batching import BatchPolicy, left_pad, plan_batches
 
 
@@ -32,7 +33,7 @@ def test_left_pad():
 
 
 def test_bad_policy():
-    with pytest.raises(ValueError):
+    with pytest.raises(InputError):
         BatchPolicy(token_budget=0)
 
 
