@@ -15,8 +15,8 @@ EXAMPLE_SQL = (
 )
 
 STATS_SQL = (
-    "SELECT r.source, regexp_extract(m.checkpoint, '[^/]+$') AS model, r.rank, round(r.estimate, 3) AS "
-    "answer_disagreement, round(r.friedman_p, 4) AS friedman_p FROM rankings r JOIN models m USING (model_id) "
+    "SELECT r.source, m.model, r.rank, round(r.estimate, 3) AS "
+    "answer_disagreement, round(r.friedman_p, 4) AS friedman_p FROM rankings r JOIN model_names m USING (model_id) "
     "WHERE r.axis = 'generation' AND r.family IS NULL ORDER BY r.source, r.rank"
 )
 

@@ -42,9 +42,7 @@ class ReportData:
 
 
 HEADLINE_SQL = """
-WITH names AS (
-    SELECT model_id, any_value(regexp_extract(checkpoint, '[^/]+$')) AS model FROM models GROUP BY 1
-), ds AS (SELECT dataset_id, any_value(name) AS dataset FROM datasets GROUP BY 1),
+WITH names AS (SELECT model_id, model FROM model_names), ds AS (SELECT dataset_id, any_value(name) AS dataset FROM datasets GROUP BY 1),
 picked AS (
     SELECT DISTINCT dataset_id, axis, metric, family FROM rankings
     WHERE run_id = $run AND source = (SELECT any_value(name) FROM datasets d WHERE d.dataset_id = rankings.dataset_id)
@@ -74,8 +72,8 @@ def load_report_data(store: Store, run_id: str | None, n_unstable: int = 10) -> 
     data.headline = Table(columns, rows)
     _, data.layers = store.query(  # type: ignore[assignment]
         """
-        SELECT any_value(regexp_extract(m.checkpoint, '[^/]+$')), any_value(d.name), l.layer, avg(l.value)
-        FROM layer_scores l JOIN models m USING (model_id) JOIN datasets d USING (dataset_id)
+        SELECT any_value(m.model), any_value(d.name), l.layer, avg(l.value)
+        FROM layer_scores l JOIN model_names m USING (model_id) JOIN datasets d USING (dataset_id)
         WHERE l.run_id = $run AND l.metric = 'dispersion' AND l.family IS NULL AND l.pooling = 'mean'
         GROUP BY l.model_id, l.dataset_id, l.layer ORDER BY 1, 2, 3
         """,
@@ -83,8 +81,8 @@ def load_report_data(store: Store, run_id: str | None, n_unstable: int = 10) -> 
     )
     _, data.ranks = store.query(  # type: ignore[assignment]
         """
-        SELECT r.axis, r.metric, r.source, any_value(regexp_extract(m.checkpoint, '[^/]+$')), any_value(r.rank)
-        FROM rankings r JOIN models m USING (model_id)
+        SELECT r.axis, r.metric, r.source, any_value(m.model), any_value(r.rank)
+        FROM rankings r JOIN model_names m USING (model_id)
         WHERE r.run_id = $run AND strpos(r.source, '/') = 0
         GROUP BY r.axis, r.metric, r.source, r.model_id ORDER BY 1, 3, 4
         """,
@@ -92,7 +90,7 @@ def load_report_data(store: Store, run_id: str | None, n_unstable: int = 10) -> 
     )
     columns, rows = store.query(
         """
-        WITH n AS (SELECT model_id, any_value(regexp_extract(checkpoint, '[^/]+$')) AS model FROM models GROUP BY 1),
+        WITH n AS (SELECT model_id, model FROM model_names),
         ds AS (SELECT dataset_id, any_value(name) AS dataset FROM datasets GROUP BY 1)
         SELECT r.axis, r.metric, a.model AS model_a, b.model AS model_b, da.dataset AS dataset_a,
                round(r.difference_a, 4) AS difference_a, round(r.p_adjusted_a, 4) AS p_adjusted_a,
@@ -116,16 +114,16 @@ def load_report_data(store: Store, run_id: str | None, n_unstable: int = 10) -> 
     data.agreement = Table(columns, rows)
     _, data.correlations = store.query(  # type: ignore[assignment]
         """
-        SELECT any_value(regexp_extract(m.checkpoint, '[^/]+$')), any_value(d.name), c.axis_a, c.axis_b,
+        SELECT any_value(m.model), any_value(d.name), c.axis_a, c.axis_b,
                any_value(c.spearman), any_value(c.partial)
-        FROM axis_correlations c JOIN models m USING (model_id) JOIN datasets d USING (dataset_id)
+        FROM axis_correlations c JOIN model_names m USING (model_id) JOIN datasets d USING (dataset_id)
         WHERE c.run_id = $run GROUP BY c.model_id, c.dataset_id, c.axis_a, c.axis_b ORDER BY 1, 2, 3, 4
         """,
         params,
     )
     columns, rows = store.query(
         """
-        WITH n AS (SELECT model_id, any_value(regexp_extract(checkpoint, '[^/]+$')) AS model FROM models GROUP BY 1),
+        WITH n AS (SELECT model_id, model FROM model_names),
         ds AS (SELECT dataset_id, any_value(name) AS dataset FROM datasets GROUP BY 1)
         SELECT n.model, ds.dataset, s.axis, s.metric, s.family, round(s.estimate, 4) AS estimate,
                round(s.ci_low, 4) AS ci_low, round(s.ci_high, 4) AS ci_high, s.test,
@@ -155,8 +153,8 @@ def _unstable_examples(store: Store, run_id: str, limit: int) -> list[dict[str, 
     _, top = store.query(
         """
         SELECT s.model_id, s.dataset_id, s.example_id, s.value,
-               any_value(regexp_extract(m.checkpoint, '[^/]+$')), any_value(d.name), any_value(e.question)
-        FROM item_scores s JOIN models m USING (model_id) JOIN datasets d USING (dataset_id)
+               any_value(m.model), any_value(d.name), any_value(e.question)
+        FROM item_scores s JOIN model_names m USING (model_id) JOIN datasets d USING (dataset_id)
         JOIN examples e ON e.dataset_id = s.dataset_id AND e.example_id = s.example_id
         WHERE s.run_id = $run AND s.axis = 'generation' AND s.metric = 'answer_disagreement' AND s.family IS NULL
         GROUP BY s.model_id, s.dataset_id, s.example_id, s.value

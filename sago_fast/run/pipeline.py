@@ -202,7 +202,8 @@ def summary_rows(store: Store, run_id: str) -> tuple[list[str], list[tuple[Any, 
 
 SUMMARY_SQL = """
 WITH m AS (
-    SELECT model_id, any_value(checkpoint) AS checkpoint, any_value(n_layers) AS n_layers FROM models GROUP BY model_id
+    SELECT model_id, any_value(n.model) AS model, any_value(n_layers) AS n_layers
+    FROM models JOIN model_names n USING (model_id) GROUP BY model_id
 ), acc AS (
     SELECT o.model_id, o.dataset_id, avg(o.correct::INT) AS accuracy
     FROM outputs o JOIN variants v ON v.dataset_id = o.dataset_id AND v.variant_id = o.variant_id
@@ -225,7 +226,7 @@ WITH m AS (
       AND l.layer = m.n_layers
     GROUP BY ALL
 )
-SELECT regexp_extract(m.checkpoint, '[^/]+$') AS model,
+SELECT m.model AS model,
        acc.dataset_id AS dataset,
        round(accuracy, 3) AS accuracy,
        round(flip_rate, 3) AS generation_flip_rate,

@@ -277,4 +277,12 @@ MIGRATIONS: tuple[Migration, ...] = (
         ALTER TABLE datasets ADD COLUMN reader VARCHAR;
         """,
     ),
+    Migration(
+        7,
+        "model_names view: one short display name per model (the last part of its checkpoint path)",
+        """
+        CREATE VIEW model_names AS
+        SELECT model_id, any_value(regexp_extract(checkpoint, '[^/]+$')) AS model FROM models GROUP BY 1;
+        """,
+    ),
 )
