@@ -10,7 +10,7 @@ from typing import Any
 from sago_fast.errors import DiskFullError, Interrupted, SagoError
 from sago_fast.run.config import RunConfig
 from sago_fast.run.executors import EXECUTORS
-from sago_fast.run.sinks import ParquetShardSink, done_units, write_rows
+from sago_fast.run.sinks import DuckDBSink, ParquetShardSink, Sink
 from sago_fast.run.units import parse_shard, plan_run
 from sago_fast.run.worker import UnitOutcome
 from sago_fast.runinfo import run_row
@@ -58,17 +58,12 @@ def run(config: RunConfig, *, command: str = "run", progress: bool = True) -> Ru
     shard = parse_shard(config.shard)
     units = [u for u in plan.units if shard is None or u.index % shard[1] == shard[0]]
     row = run_row(plan.run_id, command, config.as_json(), config.device, "", "running")
-    store: Store | None = None
-    sink: ParquetShardSink | None = None
-    if shard is None:
-        store = Store(config.db)  # type: ignore[arg-type]
-        with store.transaction():
-            store.insert("runs", row, key=("run_id",))
-            store.query("UPDATE runs SET status = 'running' WHERE run_id = $run", {"run": plan.run_id})
-        finished = done_units(store, plan.run_id)
-    else:
-        sink = ParquetShardSink(config.shard_dir, row, [u.unit_id for u in plan.units])  # type: ignore[arg-type]
-        finished = {u.unit_id for u in units if sink.done(plan.run_id, u.unit_id)}
+    sink: Sink = (
+        DuckDBSink(config.db, row)  # type: ignore[arg-type]
+        if shard is None
+        else ParquetShardSink(config.shard_dir, row, [u.unit_id for u in plan.units])  # type: ignore[arg-type]
+    )
+    finished = sink.finished(plan.run_id, [u.unit_id for u in units])
     todo = [u for u in units if u.unit_id not in finished]
     skipped = len(units) - len(todo)
     if skipped:
@@ -87,7 +82,7 @@ def run(config: RunConfig, *, command: str = "run", progress: bool = True) -> Ru
                 failed.append((where, outcome.error or "unknown error"))
                 log.error("unit %s failed: %s", where, outcome.error)
             else:
-                _write(store, sink, plan.run_id, outcome)
+                _write(sink, plan.run_id, outcome)
                 provider = outcome.provider or provider
                 results.append(_result(outcome))
                 log.info("unit %s done in %.1fs", where, outcome.seconds)
@@ -95,23 +90,14 @@ def run(config: RunConfig, *, command: str = "run", progress: bool = True) -> Ru
             bar.update(1)
         bar.close()
     finally:
-        if store is not None:
-            status = "done" if not failed and len(results) == len(todo) else "failed"
-            try:
-                store.query(
-                    "UPDATE runs SET status = $status, provider = coalesce(nullif($provider, ''), provider) WHERE run_id = $run",
-                    {"status": status, "provider": provider, "run": plan.run_id},
-                )
-            except Exception as exc:  # e.g. the disk is still full: the error already on its way says so
-                log.warning("could not record the status of run %s: %s", plan.run_id, exc)
-            finally:
-                store.close()
-    if (
-        store is not None
-        and config.stats
-        and not failed
-        and (results or not _has_stats(config.db, plan.run_id))
-    ):
+        status = "done" if not failed and len(results) == len(todo) else "failed"
+        try:
+            sink.finish(plan.run_id, status, provider)
+        except Exception as exc:  # e.g. the disk is still full: the error already on its way says so
+            log.warning("could not record the status of run %s: %s", plan.run_id, exc)
+        finally:
+            sink.close()
+    if shard is None and config.stats and not failed and (results or not _has_stats(config.db, plan.run_id)):
         from sago_fast.stats import run_stats
 
         log.info("computing statistics of run %s", plan.run_id)
@@ -153,18 +139,14 @@ def _has_stats(db: Any, run_id: str) -> bool:
     return bool(rows[0][0])
 
 
-def _write(store: Store | None, sink: ParquetShardSink | None, run_id: str, outcome: UnitOutcome) -> None:
+def _write(sink: Sink, run_id: str, outcome: UnitOutcome) -> None:
     assert outcome.rows is not None
     try:
-        if store is not None:
-            write_rows(store, run_id, outcome.unit_id, outcome.rows)
-        elif sink is not None:
-            sink.write(run_id, outcome.unit_id, outcome.rows)
+        sink.write(run_id, outcome.unit_id, outcome.rows)
     except Exception as exc:
         if is_disk_full(exc):
-            where = store.path if store is not None else sink.root  # type: ignore[union-attr]
             raise DiskFullError(
-                f"the disk is full (writing unit {outcome.checkpoint} to {where}): that unit was rolled back "
+                f"the disk is full (writing unit {outcome.checkpoint} to {sink.where}): that unit was rolled back "
                 "and finished units are kept; free some space and run the same command again to finish"
             ) from None
         raise

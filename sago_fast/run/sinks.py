@@ -1,5 +1,6 @@
-"""Where a finished unit's rows go: the DuckDB results file (one transaction per unit, done mark included)
-or a Parquet shard folder (one folder per unit, written under a temporary name and renamed)."""
+"""Where a finished unit's rows go (one :class:`Sink` protocol): the DuckDB results file (one transaction
+per unit, done mark included) or a Parquet shard folder (one folder per unit, written under a temporary
+name and renamed)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ import logging
 import os
 import shutil
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from sago_fast.run.worker import KEYS, Rows
 from sago_fast.store import Store
@@ -18,6 +20,50 @@ log = logging.getLogger(__name__)
 
 MANIFEST = "manifest.json"
 SHARD_FORMAT = 1
+
+
+class Sink(Protocol):
+    """Receives a run's finished units."""
+
+    where: str  # the database file or shard folder, for messages
+
+    def finished(self, run_id: str, unit_ids: Sequence[str]) -> set[str]:
+        """The units among ``unit_ids`` already written by an earlier invocation."""
+
+    def write(self, run_id: str, unit_id: str, rows: Rows) -> bool:
+        """Write one unit (all or nothing); False when it was already there."""
+
+    def finish(self, run_id: str, status: str, provider: str) -> None:
+        """Record how the run ended."""
+
+    def close(self) -> None: ...
+
+
+class DuckDBSink:
+    """The results database: the run's row on open, one transaction per unit, its status at the end."""
+
+    def __init__(self, db: str | os.PathLike[str], run_row: dict[str, list[Any]]) -> None:
+        self.store = Store(db)
+        self.where = str(db)
+        run_id = run_row["run_id"][0]
+        with self.store.transaction():
+            self.store.insert("runs", run_row, key=("run_id",))
+            self.store.query("UPDATE runs SET status = 'running' WHERE run_id = $run", {"run": run_id})
+
+    def finished(self, run_id: str, unit_ids: Sequence[str]) -> set[str]:
+        return done_units(self.store, run_id) & set(unit_ids)
+
+    def write(self, run_id: str, unit_id: str, rows: Rows) -> bool:
+        return write_rows(self.store, run_id, unit_id, rows)
+
+    def finish(self, run_id: str, status: str, provider: str) -> None:
+        self.store.query(
+            "UPDATE runs SET status = $status, provider = coalesce(nullif($provider, ''), provider) WHERE run_id = $run",
+            {"status": status, "provider": provider, "run": run_id},
+        )
+
+    def close(self) -> None:
+        self.store.close()
 
 
 def unit_done(store: Store, run_id: str, unit_id: str) -> bool:
@@ -54,8 +100,18 @@ class ParquetShardSink:
         self, root: str | os.PathLike[str], run_row: dict[str, list[Any]], planned_units: list[str]
     ) -> None:
         self.root = Path(root)
+        self.where = str(self.root)
         self.run_row = run_row
         self.planned_units = planned_units
+
+    def finished(self, run_id: str, unit_ids: Sequence[str]) -> set[str]:
+        return {u for u in unit_ids if self.done(run_id, u)}
+
+    def finish(self, run_id: str, status: str, provider: str) -> None:
+        return None  # each unit folder carries the run row; `sago merge` sets the status
+
+    def close(self) -> None:
+        return None
 
     def unit_dir(self, run_id: str, unit_id: str) -> Path:
         return self.root / run_id / unit_id

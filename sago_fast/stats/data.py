@@ -105,11 +105,7 @@ def load_run(store: Store, run_id: str) -> RunData:
     )
     for model, dataset, example, value in layer:
         data.replicate.setdefault((model, dataset, "dispersion_raw"), {})[example] = float(value)
-    data.model_names = dict(
-        store.query(
-            "SELECT model_id, model FROM model_names"
-        )[1]
-    )
+    data.model_names = dict(store.query("SELECT model_id, model FROM model_names")[1])
     data.dataset_names = dict(store.query("SELECT dataset_id, any_value(name) FROM datasets GROUP BY 1")[1])
     return data
 

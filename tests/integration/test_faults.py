@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-import sago_fast.run.pipeline as pipeline
+import sago_fast.run.sinks as sinks
 from sago_fast.errors import DiskFullError
 from sago_fast.run import RunConfig, run
 from sago_fast.store import Store
@@ -32,7 +32,7 @@ def config(db, checkpoints, cache_dir):
 
 def test_disk_full_is_one_line_rolls_back_and_a_rerun_finishes(tmp_path, checkpoints, cache_dir, monkeypatch):
     db = tmp_path / "r.duckdb"
-    real = pipeline.write_rows
+    real = sinks.write_rows
     calls = []
 
     def full_on_second(store, run_id, unit_id, rows):
@@ -43,14 +43,14 @@ def test_disk_full_is_one_line_rolls_back_and_a_rerun_finishes(tmp_path, checkpo
                 raise OSError(errno.ENOSPC, "No space left on device")
         return real(store, run_id, unit_id, rows)
 
-    monkeypatch.setattr(pipeline, "write_rows", full_on_second)
+    monkeypatch.setattr(sinks, "write_rows", full_on_second)
     with pytest.raises(DiskFullError, match="the disk is full") as info:
         run(config(db, checkpoints, cache_dir), progress=False)
     assert "\n" not in str(info.value) and "run the same command again" in str(info.value)
     with Store(db, read_only=True) as store:
         assert store.query("SELECT count(*) FROM units")[1] == [(1,)]
         assert store.query("SELECT count(DISTINCT model_id) FROM outputs")[1] == [(1,)]  # rolled back
-    monkeypatch.setattr(pipeline, "write_rows", real)
+    monkeypatch.setattr(sinks, "write_rows", real)
     result = run(config(db, checkpoints, cache_dir), progress=False)
     assert (len(result.units), result.skipped) == (1, 1)
     with Store(db, read_only=True) as store:
