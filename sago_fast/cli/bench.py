@@ -7,13 +7,13 @@ from typing import Annotated
 
 import typer
 
-from sago_fast.cli.options import CacheDirOpt
+from sago_fast.cli.options import CacheDirOpt, DeviceOpt
 
 
 def bench_command(
     model: Annotated[str, typer.Option("--model", "-m", help="Checkpoint directory.")],
     json_out: Annotated[Path, typer.Option("--json", help="Where to write the results (JSON).")],
-    device: Annotated[str, typer.Option("--device", help="cpu, cuda or auto.")] = "cpu",
+    device: DeviceOpt = "cpu",
     batch_sizes: Annotated[
         list[str] | None,
         typer.Option("--batch-sizes", help="Probe batch sizes (repeatable or comma list; default 1,8)."),

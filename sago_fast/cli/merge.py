@@ -7,12 +7,14 @@ from typing import Annotated
 
 import typer
 
+from sago_fast.cli.options import DbOpt
+
 
 def merge_command(
     shards: Annotated[
         list[Path], typer.Argument(help="Shard folders (the --shard-dir of each job), searched recursively.")
     ],
-    db: Annotated[Path, typer.Option("--db", help="DuckDB results file to merge into (created if absent).")],
+    db: DbOpt,
     no_stats: Annotated[
         bool, typer.Option("--no-stats", help="Skip the statistics of completed runs.")
     ] = False,

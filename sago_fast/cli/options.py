@@ -17,3 +17,8 @@ CacheDirOpt = Annotated[
     ),
 ]
 DbOpt = Annotated[Path, typer.Option("--db", help="DuckDB results file.")]
+# `sago run` takes both from a YAML config too, so there they may be absent on the command line
+OptionalDbOpt = Annotated[Path | None, typer.Option("--db", help="DuckDB results file (appended to).")]
+OptionalDeviceOpt = Annotated[
+    str | None, typer.Option("--device", help="cpu, cuda, or auto (CUDA when it really runs); default cpu.")
+]

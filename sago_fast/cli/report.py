@@ -7,9 +7,11 @@ from typing import Annotated
 
 import typer
 
+from sago_fast.cli.options import DbOpt
+
 
 def report_command(
-    db: Annotated[Path, typer.Option("--db", help="DuckDB results file written by `sago run`.")],
+    db: DbOpt,
     out: Annotated[Path, typer.Option("--out", "-o", help="HTML file to write.")] = Path("report.html"),
     run_id: Annotated[
         str | None, typer.Option("--run", help="Run id (default: the latest finished run).")

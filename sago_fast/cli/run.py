@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from sago_fast.cli.options import CacheDirOpt
+from sago_fast.cli.options import CacheDirOpt, OptionalDbOpt, OptionalDeviceOpt
 
 
 def run_command(
@@ -18,7 +18,7 @@ def run_command(
     dataset: Annotated[
         list[str] | None, typer.Option("--dataset", "-d", help="Built-in suite or data file (repeatable).")
     ] = None,
-    db: Annotated[Path | None, typer.Option("--db", help="DuckDB results file (appended to).")] = None,
+    db: OptionalDbOpt = None,
     families: Annotated[
         list[str] | None, typer.Option("--families", "-F", help="Families to use (repeatable; default all).")
     ] = None,
@@ -26,7 +26,7 @@ def run_command(
         int | None, typer.Option("--variants-per-family", "-k", help="Variants per family (default 2).")
     ] = None,
     limit: Annotated[int | None, typer.Option("--limit", help="First N examples of each dataset.")] = None,
-    device: Annotated[str | None, typer.Option("--device", help="cpu, cuda or auto (default cpu).")] = None,
+    device: OptionalDeviceOpt = None,
     seed: Annotated[int | None, typer.Option("--seed", help="Variant seed (default 0).")] = None,
     max_new_tokens: Annotated[
         int | None,

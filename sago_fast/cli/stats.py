@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from sago_fast.cli.options import DbOpt
+
 
 def stats_command(
-    db: Annotated[Path, typer.Option("--db", help="DuckDB results file written by `sago run`.")],
+    db: DbOpt,
     run_id: Annotated[
         str | None, typer.Option("--run", help="Run id (default: the latest finished run).")
     ] = None,
