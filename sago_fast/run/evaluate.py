@@ -6,7 +6,7 @@ import json
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -23,6 +23,10 @@ from sago_fast.runtime.generate import GenerationSettings
 from sago_fast.runtime.options import OptionAnswer
 from sago_fast.runtime.prompting import model_prompts
 from sago_fast.types import Example, Variant
+
+if TYPE_CHECKING:
+    from sago_fast.runtime.protocol import LanguageModel
+
 
 POOLINGS = ("last", "mean")
 ITEM_POOLING = "mean"  # the pooling whose layer-mean scores also go to item_scores
@@ -41,7 +45,7 @@ class UnitTables:
 
 
 def check_fits(
-    model: Any,
+    model: LanguageModel,
     data: Dataset,
     variants: Sequence[Variant],
     token_ids: Sequence[Sequence[int]],
@@ -75,7 +79,7 @@ def answer_confidence(answer: AnyAnswer) -> float:
 
 
 def evaluate_unit(
-    model: Any,
+    model: LanguageModel,
     data: Dataset,
     variants: Sequence[Variant],
     settings: AnswerSettings | GenerationSettings | None = None,
@@ -200,7 +204,7 @@ def example_outputs(
 
 
 def output_columns(
-    model: Any,
+    model: LanguageModel,
     examples: dict[str, Any],
     variants: Sequence[Variant],
     unit_answers: UnitAnswers,
@@ -253,7 +257,7 @@ def output_columns(
 
 
 def _replicate(
-    model: Any,
+    model: LanguageModel,
     data: Dataset,
     variants: Sequence[Variant],
     probe: Any,

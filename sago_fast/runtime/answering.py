@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -28,6 +28,10 @@ from sago_fast.runtime.options import (
 from sago_fast.runtime.prompting import ModelPrompts, PromptFormat
 from sago_fast.runtime.scoring import score_pairs
 from sago_fast.types import Example, ProbeResult, Variant
+
+if TYPE_CHECKING:
+    from sago_fast.runtime.protocol import LanguageModel
+
 
 AnyAnswer = OptionAnswer | FreeAnswer
 
@@ -61,7 +65,7 @@ class UnitAnswers:
 
 
 def answer_unit(
-    model: Any,
+    model: LanguageModel,
     examples: Sequence[Example],
     variants: Sequence[Variant],
     prompts: ModelPrompts,
@@ -123,7 +127,7 @@ def _merge_probes(parts: list[tuple[list[int], ProbeResult]], n: int) -> ProbeRe
 
 
 def answer_all(
-    model: Any,
+    model: LanguageModel,
     examples: Sequence[Example],
     variants: Sequence[Variant],
     token_ids: Sequence[Sequence[int]],

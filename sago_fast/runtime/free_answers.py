@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -25,6 +25,10 @@ from sago_fast.runtime.generate import Generation, GenerationSettings
 from sago_fast.runtime.prompting import ModelPrompts
 from sago_fast.runtime.scoring import score_pairs
 from sago_fast.types import Example, Variant
+
+if TYPE_CHECKING:
+    from sago_fast.runtime.protocol import LanguageModel
+
 
 _LABEL = re.compile(r"^(?:the\s+)?(?:final\s+)?answer\b(?:\s+is\b)?\s*[:\-]?\s*", re.IGNORECASE)
 
@@ -83,7 +87,7 @@ def reference_pairs(
 
 
 def free_answers(
-    model: Any,
+    model: LanguageModel,
     examples: Sequence[Example],
     variants: Sequence[Variant],
     generations: Sequence[Generation],
@@ -115,7 +119,7 @@ def free_answers(
 
 
 def answer_generations(
-    model: Any,
+    model: LanguageModel,
     examples: Sequence[Example],
     variants: Sequence[Variant],
     settings: GenerationSettings,

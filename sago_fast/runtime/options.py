@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 from scipy.special import log_softmax
@@ -27,6 +27,10 @@ from sago_fast.errors import InputError
 from sago_fast.runtime.prompting import ModelPrompts
 from sago_fast.runtime.scoring import score_pairs
 from sago_fast.types import Example, Variant
+
+if TYPE_CHECKING:
+    from sago_fast.runtime.protocol import LanguageModel
+
 
 ANSWER_MODES = ("cloze", "cloze_norm", "letter")
 DEFAULT_ANSWER_MODE = "cloze"
@@ -71,7 +75,7 @@ def option_answer(scores: np.ndarray, gold: int, mode: str) -> OptionAnswer:
 
 
 def answer_variants(
-    model: Any, examples: Sequence[Example], variants: Sequence[Variant]
+    model: LanguageModel, examples: Sequence[Example], variants: Sequence[Variant]
 ) -> list[OptionAnswer]:
     """``cloze`` answers of every (multiple-choice or pairwise) variant on its plain prompt."""
     prompts = ModelPrompts(tuple(v.prompt for v in variants), chat=False)
@@ -146,7 +150,7 @@ def answers_from_scores(
 
 
 def answer_modes(
-    model: Any,
+    model: LanguageModel,
     examples: Sequence[Example],
     variants: Sequence[Variant],
     prompts: ModelPrompts,

@@ -14,11 +14,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from sago_fast.errors import InputError
+
+if TYPE_CHECKING:
+    from sago_fast.runtime.protocol import LanguageModel
 
 
 @dataclass(frozen=True)
@@ -65,7 +68,7 @@ def encode_pair(
 
 
 def score_continuations(
-    model: Any,
+    model: LanguageModel,
     contexts: Sequence[str],
     continuations: Sequence[str],
     move_whitespace: bool = True,
@@ -88,14 +91,14 @@ def score_continuations(
     limit = model.max_positions
     if limit is not None and max(len(s) for s in sequences) > limit:
         raise InputError(f"a context + continuation is longer than the model's {limit} positions")
-    per_token = model.target_logprobs(sequences, n_tokens)
+    per_token = model.target_logprobs(sequences, n_tokens.tolist())
     loglik = np.array([lp.sum() for lp in per_token], dtype=np.float64)
     n_chars = np.array([len(c) for c in continuations], dtype=np.int64)
     return ContinuationScores(loglik, n_tokens, n_chars)
 
 
 def score_pairs(
-    model: Any,
+    model: LanguageModel,
     prompts: Any,
     prompt_ids: Sequence[Sequence[int]],
     rows: Sequence[int],

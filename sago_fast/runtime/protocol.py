@@ -1,0 +1,35 @@
+"""What the answering and evaluation code needs of a model (``SagoModel`` is one; tests use fakes)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+
+from sago_fast.runtime.batching import BatchPolicy
+from sago_fast.runtime.generate import GenerationSettings
+
+if TYPE_CHECKING:
+    from sago_fast.runtime.model import Prefill
+
+
+class LanguageModel(Protocol):
+    tokenizer: Any  # a transformers tokenizer
+    batch_policy: BatchPolicy
+
+    @property
+    def max_positions(self) -> int | None: ...
+
+    def tokenize(self, texts: Sequence[str], reserve: int = 0) -> list[list[int]]: ...
+
+    def prefill(
+        self,
+        token_ids: Sequence[Sequence[int]],
+        continuations: Sequence[Sequence[Sequence[int]]] | None = None,
+        generation: GenerationSettings | None = None,
+    ) -> Prefill: ...
+
+    def target_logprobs(
+        self, token_ids: Sequence[Sequence[int]], n_targets: Sequence[int]
+    ) -> list[np.ndarray]: ...
