@@ -11,17 +11,14 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.special import rel_entr
 
+from sago_fast.axes.catalogue import axes as catalogue_axes
+from sago_fast.axes.catalogue import headline_metrics
 from sago_fast.errors import InputError
 from sago_fast.store import Store
 
 # The score of each axis used where one number per axis is needed (rankings, correlations): the first
 # metric present for the dataset. All are "higher = less stable".
-HEADLINE: dict[str, tuple[str, ...]] = {
-    "generation": ("answer_disagreement",),
-    "activation": ("dispersion",),
-    "confidence": ("option_js", "p_gold_sd"),
-    "mirroring": ("cue_following", "position_mirroring", "prompt_echo"),
-}
+HEADLINE: dict[str, tuple[str, ...]] = {axis: headline_metrics(axis) for axis in catalogue_axes()}
 AXES = tuple(HEADLINE)
 ACCURACY = ("accuracy", "accuracy")  # (axis, metric) of canonical correctness, higher = better
 

@@ -1,4 +1,5 @@
-"""What each item metric is tested against (the null of ``model_scores.p_value``).
+"""What each item metric is tested against (the null of ``model_scores.p_value``), as the metric
+catalogue (:mod:`sago_fast.axes.catalogue`) states it.
 
 replicate  continuous axes: per example, the metric's value between the two runs of the canonical prompt
            (replicate 1 re-runs it alone: other batch composition and padding); one-sided Wilcoxon
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sago_fast.registry import Registry
+from sago_fast.axes.catalogue import metric as catalogue_metric
 
 
 @dataclass(frozen=True)
@@ -22,25 +23,7 @@ class NullSpec:
     tolerance: float | None = None  # None: StatsConfig.tolerance; a number: fixed for this metric
 
 
-NULLS: Registry[NullSpec] = Registry("null hypothesis")
-for _metric in ("dispersion_raw", "option_js", "p_gold_sd", "p_gold_range"):
-    NULLS.add(_metric, NullSpec("replicate"))
-for _metric in (
-    "answer_disagreement",
-    "correctness_flip",
-    "flip_rate",
-    "token_f1_disagreement",
-    "margin_flip",
-    "knn_instability",
-    "prompt_echo",
-):
-    NULLS.add(_metric, NullSpec("tolerance"))
-# float noise between two ORT runs of one prompt is < 1e-6 in log-prob; JS is far below this bound
-NULLS.add("next_token_js", NullSpec("tolerance", tolerance=1e-4))
-NULLS.add("cue_following", NullSpec("tolerance", tolerance=0.0))
-NULLS.add("swap_consistency", NullSpec("tolerance", alternative="less"))  # consistency < 1 - tolerance
-NULLS.add("position_mirroring", NullSpec("chance"))
-
-
 def null_for(metric: str) -> NullSpec:
-    return NULLS.get(metric) if metric in NULLS.names() else NullSpec("none")
+    """The null of ``metric``, from the metric catalogue (an unknown metric is an error)."""
+    spec = catalogue_metric(metric)
+    return NullSpec(spec.null, spec.alternative, spec.tolerance)

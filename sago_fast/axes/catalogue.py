@@ -1,0 +1,113 @@
+"""Everything the project knows about each metric, in one place.
+
+For every metric: its axis, the tables it is written to, the task types it applies to, its direction
+(``higher``: a higher value is less stable; ``lower``: the reverse), a unit/label, the null its
+``model_scores`` test uses (``replicate`` noise, a ``tolerance``, ``chance``, or ``none``: estimate and CI
+only), and its rank in the axis' headline list (statistics use the first headline metric a dataset has).
+The statistics' null hypotheses (:mod:`sago_fast.stats.nulls`) and headline metrics
+(:mod:`sago_fast.stats.data`) are read from here; a test checks the README's axes table and every metric
+a run writes against it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sago_fast.registry import Registry
+
+OPTIONS = ("multiple_choice", "pairwise")
+ALL_TASKS = ("multiple_choice", "pairwise", "generation")
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    axis: str
+    name: str
+    tables: tuple[str, ...]  # item_scores, layer_scores, dataset_scores
+    tasks: tuple[str, ...] = ALL_TASKS
+    direction: str = "higher"  # "higher": higher = less stable; "lower": the reverse
+    unit: str = "share"
+    null: str = "none"  # replicate | tolerance | chance | none
+    tolerance: float | None = None  # a fixed tolerance (None: the statistics' default)
+    headline: int | None = None  # rank among the axis' headline metrics (0 first)
+
+    @property
+    def alternative(self) -> str:
+        """The direction of instability, as a one-sided test's alternative."""
+        return "greater" if self.direction == "higher" else "less"
+
+
+CATALOGUE: Registry[MetricSpec] = Registry("metric")
+
+_ITEM = ("item_scores",)
+_LAYER_ITEM = ("layer_scores", "item_scores")
+_DATASET = ("dataset_scores",)
+
+for _spec in (
+    # canonical-variant correctness: computed by the statistics from `outputs`, estimate and CI only
+    MetricSpec("accuracy", "accuracy", (), direction="lower", unit="correct (0/1)"),
+    MetricSpec("generation", "answer_disagreement", _ITEM, null="tolerance", headline=0),
+    MetricSpec("generation", "correctness_flip", _ITEM, null="tolerance"),
+    MetricSpec("generation", "flip_rate", _ITEM, null="tolerance"),
+    MetricSpec("generation", "worst_case", _ITEM, direction="lower", unit="correct (0/1)"),
+    MetricSpec("generation", "token_f1_disagreement", _ITEM, tasks=("generation",), null="tolerance"),
+    MetricSpec("activation", "dispersion_raw", _LAYER_ITEM, unit="cosine distance", null="replicate"),
+    MetricSpec("activation", "dispersion", _LAYER_ITEM, unit="ratio to between-example distance", headline=0),
+    MetricSpec("activation", "knn_instability", _LAYER_ITEM, null="tolerance"),
+    MetricSpec("activation", "replicate_distance", ("layer_scores",), unit="cosine distance"),
+    MetricSpec("activation", "cka", _DATASET, direction="lower", unit="linear CKA"),
+    MetricSpec("activation", "between_example_distance", _DATASET, unit="cosine distance"),
+    MetricSpec(
+        "confidence",
+        "option_js",
+        _ITEM,
+        tasks=OPTIONS,
+        unit="JS divergence (nats)",
+        null="replicate",
+        headline=0,
+    ),
+    MetricSpec(
+        "confidence", "next_token_js", _ITEM, unit="JS divergence (nats)", null="tolerance", tolerance=1e-4
+    ),
+    MetricSpec("confidence", "p_gold_sd", _ITEM, unit="probability", null="replicate", headline=1),
+    MetricSpec("confidence", "p_gold_range", _ITEM, unit="probability", null="replicate"),
+    MetricSpec("confidence", "margin_flip", _ITEM, tasks=OPTIONS, null="tolerance"),
+    MetricSpec("confidence", "ece", _DATASET, unit="calibration error"),
+    MetricSpec("confidence", "ece_spread", _DATASET, unit="calibration error"),
+    MetricSpec(
+        "mirroring", "position_mirroring", _ITEM, tasks=("multiple_choice",), null="chance", headline=1
+    ),
+    MetricSpec("mirroring", "position_chance", _ITEM, tasks=("multiple_choice",)),
+    MetricSpec("mirroring", "mirroring_log_odds", _ITEM, tasks=("multiple_choice",), unit="log odds"),
+    MetricSpec(
+        "mirroring",
+        "cue_following",
+        _ITEM,
+        tasks=OPTIONS,
+        unit="probability",
+        null="tolerance",
+        tolerance=0.0,
+        headline=0,
+    ),
+    MetricSpec(
+        "mirroring", "swap_consistency", _ITEM, tasks=("pairwise",), direction="lower", null="tolerance"
+    ),
+    MetricSpec("mirroring", "prompt_echo", _ITEM, tasks=("generation",), null="tolerance", headline=2),
+):
+    CATALOGUE.add(_spec.name, _spec)
+
+
+def metric(name: str) -> MetricSpec:
+    """The catalogue entry of ``name`` (an unknown metric is an error, never a silent default)."""
+    return CATALOGUE.get(name)
+
+
+def headline_metrics(axis: str) -> tuple[str, ...]:
+    """The axis' headline metrics in order of preference."""
+    specs = [CATALOGUE.get(n) for n in CATALOGUE.names()]
+    ranked = sorted((s.headline, s.name) for s in specs if s.axis == axis and s.headline is not None)
+    return tuple(name for _, name in ranked)
+
+
+def axes() -> tuple[str, ...]:
+    return ("generation", "activation", "confidence", "mirroring")
