@@ -172,19 +172,15 @@ def _winogrande(record: Mapping[str, Any], where: str, default_id: str) -> Examp
 GSM8K_FINAL = re.compile(r"####\s*(-?[\d,]*\.?\d+)\s*$")
 
 
-def gsm8k_number(text: str) -> str:
-    """The usual GSM8K normalisation of a number: no thousands separators, no trailing '.0'."""
-    number = text.replace(",", "").strip()
-    return number[:-2] if number.endswith(".0") else number
-
-
 def _gsm8k(record: Mapping[str, Any], where: str, default_id: str) -> Example:
+    from sago_fast.kernels.agreement import number_key  # beside answer_key; kernels load numba, so lazily
+
     question = _text(record, "question", where)
     answer = _text(record, "answer", where)
     match = GSM8K_FINAL.search(answer)
     if match is None:
         raise InputError(f"{where}: field 'answer' must end with '#### <number>'")
-    number = gsm8k_number(match.group(1))
+    number = number_key(match.group(1))
     return Example(
         _id(record, "id", default_id), "generation", question, answers=(number,), answer_type="number"
     )

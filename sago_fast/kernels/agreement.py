@@ -18,6 +18,12 @@ def normalize_answer(text: str) -> str:
     return " ".join(_ARTICLES.sub(" ", text.lower().translate(_PUNCT)).split())
 
 
+def number_key(text: str) -> str:
+    """The usual GSM8K normalisation of a number: no thousands separators, no trailing '.0'."""
+    number = text.replace(",", "").strip()
+    return number[:-2] if number.endswith(".0") else number
+
+
 def answer_key(text: str) -> str:
     """Comparison form of a short answer: :func:`normalize_answer`, or, when that leaves nothing (the
     answer *is* "a" or "the"), lower case without punctuation. Equal keys mean the same answer."""

@@ -15,18 +15,16 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from sago_fast.runtime.free_answers import FreeAnswer, free_answers, reference_pairs
+from sago_fast.runtime.free_answers import FreeAnswer, answer_generations_prefilled
 from sago_fast.runtime.generate import GenerationSettings
 from sago_fast.runtime.options import (
     ANSWER_MODES,
     DEFAULT_ANSWER_MODE,
     OptionAnswer,
-    answers_from_scores,
+    answer_modes_prefilled,
     check_answer_mode,
-    option_pairs,
 )
 from sago_fast.runtime.prompting import ModelPrompts, PromptFormat
-from sago_fast.runtime.scoring import score_pairs
 from sago_fast.types import Example, ProbeResult, Variant
 
 if TYPE_CHECKING:
@@ -93,17 +91,16 @@ def answer_unit(
         sub_prompts = ModelPrompts(tuple(prompts.texts[i] for i in rows), prompts.chat)
         sub_ids = [token_ids[i] for i in rows]
         if index == 0:  # multiple choice and pairwise: every mode's options and labels
-            pairs = option_pairs(examples, sub_variants, sub_prompts, modes)
-            loglik, prefill = score_pairs(model, sub_prompts, sub_ids, pairs.rows, pairs.continuations)
-            for i, answers in zip(
-                rows, answers_from_scores(examples, sub_variants, pairs, loglik), strict=True
-            ):
+            chosen, prefill = answer_modes_prefilled(
+                model, examples, sub_variants, sub_prompts, sub_ids, modes
+            )
+            for i, answers in zip(rows, chosen, strict=True):
                 primary[i] = answers[settings.answer_mode]
                 by_mode[i] = answers
         else:  # generation tasks: references scored on the cache, greedy decoding from it
-            ref_rows, refs = reference_pairs(examples, sub_variants, sub_prompts.delimiter)
-            loglik, prefill = score_pairs(model, sub_prompts, sub_ids, ref_rows, refs, settings.generation)
-            generated = free_answers(model, examples, sub_variants, prefill.generations, ref_rows, loglik)
+            generated, prefill = answer_generations_prefilled(
+                model, examples, sub_variants, settings.generation, sub_prompts, sub_ids
+            )
             for i, answer in zip(rows, generated, strict=True):
                 primary[i] = answer
         parts.append((rows, prefill.probe))

@@ -20,13 +20,14 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from sago_fast.kernels.agreement import answer_key
+from sago_fast.kernels.agreement import answer_key, number_key
 from sago_fast.runtime.generate import Generation, GenerationSettings
 from sago_fast.runtime.prompting import ModelPrompts
 from sago_fast.runtime.scoring import score_pairs
 from sago_fast.types import Example, Variant
 
 if TYPE_CHECKING:
+    from sago_fast.runtime.model import Prefill
     from sago_fast.runtime.protocol import LanguageModel
 
 
@@ -58,10 +59,8 @@ NUMBER = re.compile(r"-?[\d,]*\.?\d+")
 def extract_number(text: str) -> str:
     """The last number in ``text``, GSM8K-normalised (no thousands separators, no trailing ``.0``); ""
     when there is none (lm-eval's flexible extraction)."""
-    from sago_fast.datasets.formats import gsm8k_number
-
     found = NUMBER.findall(text)
-    return gsm8k_number(found[-1]).rstrip(".") if found else ""
+    return number_key(found[-1]) if found else ""
 
 
 def extract_for(example: Example, text: str) -> str:
@@ -138,6 +137,18 @@ def answer_generations(
             if prompts.add_special_tokens
             else prompts.token_ids(model.tokenizer)
         )
+    return answer_generations_prefilled(model, examples, variants, settings, prompts, token_ids)[0]
+
+
+def answer_generations_prefilled(
+    model: LanguageModel,
+    examples: Sequence[Example],
+    variants: Sequence[Variant],
+    settings: GenerationSettings,
+    prompts: ModelPrompts,
+    token_ids: Sequence[Sequence[int]],
+) -> tuple[list[FreeAnswer], Prefill]:
+    """:func:`answer_generations`, with the prompts' prefill (probe included) it decoded from."""
     rows, continuations = reference_pairs(examples, variants, prompts.delimiter)
     loglik, prefill = score_pairs(model, prompts, token_ids, rows, continuations, settings)
-    return free_answers(model, examples, variants, prefill.generations, rows, loglik)
+    return free_answers(model, examples, variants, prefill.generations, rows, loglik), prefill

@@ -29,6 +29,7 @@ from sago_fast.runtime.scoring import score_pairs
 from sago_fast.types import Example, Variant
 
 if TYPE_CHECKING:
+    from sago_fast.runtime.model import Prefill
     from sago_fast.runtime.protocol import LanguageModel
 
 
@@ -163,10 +164,22 @@ def answer_modes(
 
     prompt_ids: the prompts' token ids when already tokenised.
     """
-    pairs = option_pairs(examples, variants, prompts, modes)
     ids = prompt_ids if prompt_ids is not None else prompts.token_ids(model.tokenizer)
-    loglik, _ = score_pairs(model, prompts, ids, pairs.rows, pairs.continuations)
-    return answers_from_scores(examples, variants, pairs, loglik)
+    return answer_modes_prefilled(model, examples, variants, prompts, ids, modes)[0]
+
+
+def answer_modes_prefilled(
+    model: LanguageModel,
+    examples: Sequence[Example],
+    variants: Sequence[Variant],
+    prompts: ModelPrompts,
+    prompt_ids: Sequence[Sequence[int]],
+    modes: Sequence[str],
+) -> tuple[list[dict[str, OptionAnswer]], Prefill]:
+    """:func:`answer_modes`, with the prompts' prefill (probe included) it was scored on."""
+    pairs = option_pairs(examples, variants, prompts, modes)
+    loglik, prefill = score_pairs(model, prompts, prompt_ids, pairs.rows, pairs.continuations)
+    return answers_from_scores(examples, variants, pairs, loglik), prefill
 
 
 def _labels(variant: Variant, example: Example) -> tuple[str, ...]:
