@@ -23,12 +23,13 @@ from typing import Any
 
 from filelock import FileLock
 
-from sago_fast.checkpoints.resolve import CONFIG_FILE, TOKENIZER_FILES, Checkpoint
+from sago_fast.checkpoints.resolve import Checkpoint
 from sago_fast.errors import ExportError
 from sago_fast.exporters.export import (
     FORMAT_VERSION,
     MANIFEST_FILE,
     MODEL_FILE,
+    copy_model_files,
     eos_token_ids,
     export_checkpoint,
 )
@@ -88,13 +89,8 @@ def _graph_path(path: Path, manifest: dict[str, Any]) -> Path:
 
 def _read_entry(path: Path) -> dict[str, Any] | None:
     """The manifest of a complete, undamaged entry; None otherwise (a damaged one is logged)."""
-    manifest_file = path / MANIFEST_FILE
-    if not manifest_file.is_file():
-        return None
-    try:
-        manifest = json.loads(manifest_file.read_text(encoding="utf-8"))
-    except json.JSONDecodeError:
-        log.warning("export cache entry %s: unreadable manifest; exporting again", path)
+    manifest = _read_manifest(path)
+    if manifest is None:
         return None
     graph = _graph_path(path, manifest)
     if not graph.is_file():
@@ -115,9 +111,14 @@ def _read_entry(path: Path) -> dict[str, Any] | None:
 
 
 def _read_manifest(path: Path) -> dict[str, Any] | None:
+    """An entry's manifest; None when it has none, or an unreadable one (logged)."""
+    manifest_file = path / MANIFEST_FILE
+    if not manifest_file.is_file():
+        return None
     try:
-        return json.loads((path / MANIFEST_FILE).read_text(encoding="utf-8"))
+        return json.loads(manifest_file.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError):
+        log.warning("export cache entry %s: unreadable manifest; exporting again", path)
         return None
 
 
@@ -190,9 +191,7 @@ def _sibling_entry(
 ) -> dict[str, Any]:
     """The entry of a checkpoint that shares ``base``'s graph: manifest, config and tokenizer files."""
     base_key, base_manifest = base
-    for name in (CONFIG_FILE, *TOKENIZER_FILES, "generation_config.json"):
-        if (checkpoint.path / name).is_file():
-            shutil.copy2(checkpoint.path / name, out_dir / name)
+    copy_model_files(checkpoint.path, out_dir)
     manifest = {
         **base_manifest,
         "key": key,
@@ -238,7 +237,7 @@ def _write_reweighted_graph(exported: ExportedModel, out: Path) -> None:
     import onnx
     from onnx import numpy_helper
 
-    from sago_fast.exporters.reweight import WEIGHTS_SUFFIX, load_arrays
+    from sago_fast.exporters.reweight import load_arrays, save_graph
 
     model = onnx.load(str(exported.model_path))
     names = exported.manifest["reweight"]["names"]
@@ -246,11 +245,4 @@ def _write_reweighted_graph(exported: ExportedModel, out: Path) -> None:
     for init in model.graph.initializer:
         if init.name in arrays:
             init.CopyFrom(numpy_helper.from_array(arrays[init.name], init.name))
-    onnx.save(
-        model,
-        str(out),
-        save_as_external_data=True,
-        all_tensors_to_one_file=True,
-        location=out.name + WEIGHTS_SUFFIX,
-        size_threshold=0,
-    )
+    save_graph(model, out)

@@ -80,6 +80,13 @@ def _export_graph(model: Any, path: Path, settings: ExportSettings, checkpoint: 
     return kv_cache
 
 
+def copy_model_files(checkpoint_dir: Path, out_dir: Path) -> None:
+    """The config, generation config and tokenizer files an export entry carries beside its graph."""
+    for name in (CONFIG_FILE, *TOKENIZER_FILES, "generation_config.json"):
+        if (checkpoint_dir / name).is_file():
+            shutil.copy2(checkpoint_dir / name, out_dir / name)
+
+
 def export_checkpoint(
     checkpoint: Checkpoint, out_dir: Path, settings: ExportSettings, key: str
 ) -> dict[str, Any]:
@@ -109,9 +116,7 @@ def export_checkpoint(
         raise ExportError(f"{checkpoint.path}: ONNX export failed ({type(exc).__name__}: {exc})") from exc
     reweight = reweightable_initializers(model, out_dir / MODEL_FILE, checkpoint)
 
-    for name in (CONFIG_FILE, *TOKENIZER_FILES, "generation_config.json"):
-        if (checkpoint.path / name).is_file():
-            shutil.copy2(checkpoint.path / name, out_dir / name)
+    copy_model_files(checkpoint.path, out_dir)
     manifest = {
         "format_version": FORMAT_VERSION,
         "key": key,

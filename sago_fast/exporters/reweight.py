@@ -202,14 +202,20 @@ def finalize_graph(model: Any, graph_path: Path, originals: dict[str, Any]) -> N
         if init.name in originals:
             array = originals[init.name].cpu().numpy()
             init.CopyFrom(numpy_helper.from_array(array.astype(numpy_helper.to_array(init).dtype), init.name))
-    data = graph_path.with_name(graph_path.name + WEIGHTS_SUFFIX)
     for old in graph_path.parent.glob(graph_path.name + "*"):
         old.unlink()
+    save_graph(graph, graph_path)
+
+
+def save_graph(graph: Any, path: Path) -> None:
+    """Write an ONNX model as ``path`` + every initializer in one external file ``path`` + "_data"."""
+    import onnx
+
     onnx.save(
         graph,
-        str(graph_path),
+        str(path),
         save_as_external_data=True,
         all_tensors_to_one_file=True,
-        location=data.name,
+        location=path.name + WEIGHTS_SUFFIX,
         size_threshold=0,
     )
