@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import csv
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sago_fast.datasets.readers import unique_examples
 from sago_fast.errors import InputError
 from sago_fast.registry import Registry
 from sago_fast.types import Example
@@ -267,22 +268,22 @@ def piqa_labels(path: Path) -> list[str]:
 
 
 def parse_records(
-    name: str, records: Iterator[tuple[str, str, Mapping[str, Any]]], path: Path | None
+    name: str, records: Iterable[tuple[str, str, Mapping[str, Any]]], path: Path | None, source: str = ""
 ) -> list[Example]:
-    """Every record through format ``name``; PIQA's labels are joined from the labels file beside
-    ``path`` (no path: a hub dataset, whose rows carry their label)."""
+    """Every record through format ``name``, ids unique; PIQA's labels are joined from the labels file
+    beside ``path`` (no path: a hub dataset ``source``, whose rows carry their label)."""
     fmt = FORMATS.get(name)
     labels = piqa_labels(path) if name == "piqa" and path is not None and path.is_file() else None
-    examples = []
+    examples: list[tuple[str, Example]] = []
     labels_name = f"{path.stem}-labels.lst" if path is not None else "labels"
     for n, (where, default_id, record) in enumerate(records):
         if labels is not None:
             if n >= len(labels):
                 raise InputError(f"{where}: no label for this record: {labels_name} has {len(labels)} lines")
             record = {**record, "label": labels[n]}
-        examples.append(fmt.parse(record, where, default_id))
+        examples.append((where, fmt.parse(record, where, default_id)))
     if labels is not None and path is not None and len(labels) != len(examples):
         raise InputError(
             f"{path}: {path.stem}-labels.lst has {len(labels)} labels for {len(examples)} records"
         )
-    return examples
+    return unique_examples(examples, path if path is not None else source)

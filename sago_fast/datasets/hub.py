@@ -13,7 +13,7 @@ import json
 from typing import Any
 
 from sago_fast.datasets.formats import detect, parse_records
-from sago_fast.datasets.readers import FieldMap, parse_record
+from sago_fast.datasets.readers import FieldMap, parse_record, unique_examples
 from sago_fast.errors import InputError
 
 OFFLINE_MARKERS = ("offline", "couldn't reach", "connection", "name resolution", "max retries", "timed out")
@@ -31,7 +31,7 @@ def parse_spec(spec: str) -> tuple[str, str | None, str]:
 
 
 def load_hub_dataset(spec: str, fields: FieldMap, limit: int | None) -> Any:
-    from sago_fast.datasets.resolve import Dataset, checked_ids
+    from sago_fast.datasets.resolve import Dataset
 
     name, config, split = parse_spec(spec)
     try:
@@ -60,10 +60,12 @@ def load_hub_dataset(spec: str, fields: FieldMap, limit: int | None) -> Any:
     fmt = detect(records[0][2])
     spec_fields = (fields.options, fields.prompt, fields.a)
     if fmt is not None and not any(field in records[0][2] for field in spec_fields):
-        examples = parse_records(fmt, iter(records), None)
+        examples = parse_records(fmt, records, None, spec)
         reader = fmt
     else:
-        examples = [parse_record(record, fields, where) for where, _, record in records]
+        examples = unique_examples(
+            ((where, parse_record(record, fields, where)) for where, _, record in records), spec, fields.id
+        )
         reader = "sago"
     digest = hashlib.sha256(json.dumps([r for _, _, r in records], sort_keys=True, default=str).encode())
     short = name.rstrip("/").split("/")[-1]
@@ -71,6 +73,6 @@ def load_hub_dataset(spec: str, fields: FieldMap, limit: int | None) -> Any:
         f"{short}-{digest.hexdigest()[:12]}",
         short,
         spec,
-        tuple(checked_ids(examples, spec)),
+        tuple(examples),
         reader,  # type: ignore[arg-type]
     )

@@ -12,7 +12,7 @@ from __future__ import annotations
 import csv
 import json
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -207,17 +207,34 @@ def read_examples(path: str | os.PathLike[str], fields: FieldMap = FieldMap()) -
     path = Path(path)
     if not path.exists():
         raise InputError(f"{path}: no such dataset file")
+    return examples_from_records(path, source_records(path), fields)
+
+
+def examples_from_records(
+    source: str | os.PathLike[str], records: Iterable[tuple[int, Mapping[str, Any]]], fields: FieldMap
+) -> list[Example]:
+    """(line, record) pairs of ``source`` in the SPEC schema -> validated examples with unique ids."""
+    return unique_examples(
+        ((f"{source}:{line}", parse_record(record, fields, f"{source}:{line}")) for line, record in records),
+        source,
+        fields.id,
+    )
+
+
+def unique_examples(
+    located: Iterable[tuple[str, Example]], source: str | os.PathLike[str], id_field: str = "id"
+) -> list[Example]:
+    """The examples of (where, example) pairs, each id once; a duplicate or no example at all is one
+    line naming the source (and the line of both duplicates)."""
     examples: list[Example] = []
-    seen: dict[str, int] = {}
-    for line, record in source_records(path):
-        where = f"{path}:{line}"
-        example = parse_record(record, fields, where)
+    seen: dict[str, str] = {}
+    for where, example in located:
         if example.example_id in seen:
             raise InputError(
-                f"{where}: field '{fields.id}': duplicate id {example.example_id!r} (first at line {seen[example.example_id]})"
+                f"{where}: field '{id_field}': duplicate id {example.example_id!r} (first at {seen[example.example_id]})"
             )
-        seen[example.example_id] = line
+        seen[example.example_id] = where
         examples.append(example)
     if not examples:
-        raise InputError(f"{path}: no examples (empty file)")
+        raise InputError(f"{source}: no examples (empty file)")
     return examples

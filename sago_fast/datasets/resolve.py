@@ -5,14 +5,13 @@ from __future__ import annotations
 import csv
 import hashlib
 import logging
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from sago_fast.datasets.builtin import SUITES
 from sago_fast.datasets.formats import FORMATS, detect, mmlu_rows, parse_records, split_prefix
-from sago_fast.datasets.readers import FieldMap, has_field, read_examples, source_records
+from sago_fast.datasets.readers import FieldMap, examples_from_records, has_field, source_records
 from sago_fast.errors import InputError
 from sago_fast.registry import UnknownNameError
 from sago_fast.types import Example
@@ -79,20 +78,14 @@ def read_any(path: Path, fields: FieldMap, fmt: str | None) -> tuple[list[Exampl
     """Examples of ``path`` and the reader used: ``fmt`` when given, else the SPEC schema when the first
     record has its fields, else the one published format the record's shape matches."""
     if fmt == "mmlu" or (fmt is None and looks_like_mmlu(path)):
-        return checked_ids(parse_records("mmlu", mmlu_rows(path), path), path), "mmlu"
+        return parse_records("mmlu", mmlu_rows(path), path), "mmlu"
+    records = list(source_records(path))  # read once, whatever reads them
+    if fmt is None and records and not _spec_shaped(records[0][1], fields):
+        fmt = detect(records[0][1])
     if fmt is not None:
-        return checked_ids(parse_records(fmt, _sourced(path), path), path), fmt
-    first = next(iter(source_records(path)), None)
-    if first is not None and not _spec_shaped(first[1], fields):
-        detected = detect(first[1])
-        if detected is not None:
-            return checked_ids(parse_records(detected, _sourced(path), path), path), detected
-    return read_examples(path, fields), "sago"
-
-
-def _sourced(path: Path) -> Iterator[tuple[str, str, Any]]:
-    for line, record in source_records(path):
-        yield f"{path}:{line}", f"{path.stem}-{line}", record
+        located = ((f"{path}:{line}", f"{path.stem}-{line}", record) for line, record in records)
+        return parse_records(fmt, located, path), fmt
+    return examples_from_records(path, records, fields), "sago"
 
 
 def _spec_shaped(record: Any, fields: FieldMap) -> bool:
@@ -111,18 +104,6 @@ def looks_like_mmlu(path: Path) -> bool:
     with files[0].open(newline="", encoding="utf-8", errors="replace") as handle:
         row = next(csv.reader(handle), [])
     return len(row) == 6 and row[-1].strip() in ("A", "B", "C", "D")
-
-
-def checked_ids(examples: list[Example], path: Path | str) -> list[Example]:
-    """Examples with unique ids (one line naming the duplicate otherwise)."""
-    seen: set[str] = set()
-    for example in examples:
-        if example.example_id in seen:
-            raise InputError(f"{path}: duplicate id {example.example_id!r}")
-        seen.add(example.example_id)
-    if not examples:
-        raise InputError(f"{path}: no examples (empty file)")
-    return examples
 
 
 __all__ = ["FORMATS", "Dataset", "load_dataset", "read_any"]
