@@ -161,6 +161,7 @@ def _generate_batch(
     active = np.arange(len(prompts))  # batch row -> prompt index, for rows still generating
     names = [o.name for o in session.get_outputs()]  # type: ignore[attr-defined]
     present_names = _present_names(session)
+    past_names = past_input_names(present_names)
     feeds = prefill_feeds(session, ids, mask)
     for step in range(settings.max_new_tokens):
         outputs = dict(zip(names, session.run(None, feeds), strict=True))  # type: ignore[attr-defined]
@@ -180,12 +181,13 @@ def _generate_batch(
             "attention_mask": mask,
             "target_ids": np.zeros((len(active), 0), dtype=np.int64),
         }
-        feeds.update(zip(_past_names(present_names), presents, strict=True))
+        feeds.update(zip(past_names, presents, strict=True))
     _finish(rows, settings, decode)
     return rows
 
 
-def _past_names(present_names: list[str]) -> list[str]:
+def past_input_names(present_names: list[str]) -> list[str]:
+    """The inputs ``present.*`` outputs are fed back to (``past_key_values.*``), in the same order."""
     return [name.replace("present.", "past_key_values.", 1) for name in present_names]
 
 
@@ -248,7 +250,7 @@ def _generate_batch_bound(
     active = np.arange(batch)
     outputs = [o.name for o in session.get_outputs()]  # type: ignore[attr-defined]
     present_names = _present_names(session)
-    past_names = _past_names(present_names)
+    past_names = past_input_names(present_names)
     no_targets = np.zeros((batch, 0), dtype=np.int64)
     first = prefill_feeds(session, ids, mask)
     past: list[Any] = [ort.OrtValue.ortvalue_from_numpy(first[name], device, 0) for name in past_names]

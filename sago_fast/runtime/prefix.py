@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from sago_fast.runtime.batching import BatchPolicy, left_pad, plan_batches
+from sago_fast.runtime.generate import past_input_names
 
 Run = Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]
 
@@ -50,7 +51,7 @@ def score_on_prefix(
         return out, 0
     prefix = mask.shape[1] - 1
     costs = np.array([prefix + len(continuations[r][j]) + 1 for r, j in rows], dtype=np.int64)
-    past_names = {name: name.replace("present.", "past_key_values.", 1) for name in presents}
+    past_names = dict(zip(presents, past_input_names(list(presents)), strict=True))
     tokens = 0
     for group in plan_batches(costs, policy):
         picked = [rows[g] for g in group]
