@@ -12,7 +12,6 @@ The folder is keyed by the SHA-256 of the GGUF file, so a file is converted once
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -25,12 +24,12 @@ from typing import Any
 from filelock import FileLock
 
 from sago_fast.errors import CheckpointError
+from sago_fast.hashing import file_sha256
 from sago_fast.paths import cache_root
 
 log = logging.getLogger(__name__)
 
 SOURCE_FILE = "gguf_source.json"  # written into the converted folder: what it was made from
-_HASH_CHUNK = 8 << 20
 _FORMAT = 1  # bump when the conversion changes: old folders are then converted again
 
 
@@ -63,14 +62,6 @@ class GGUFInfo:
 
 def is_gguf(path: str | os.PathLike[str]) -> bool:
     return Path(path).suffix.lower() == ".gguf"
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        while chunk := handle.read(_HASH_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _field(reader: Any, key: str, default: Any = None) -> Any:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sago_fast.errors import CheckpointError
+from sago_fast.hashing import update_with_file
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +29,6 @@ TOKENIZER_FILES = (
     "merges.txt",
     "chat_template.jinja",
 )
-_HASH_CHUNK = 8 << 20
 
 
 @dataclass(frozen=True)
@@ -74,9 +74,7 @@ def content_hash(path: Path, files: list[str]) -> str:
     for name in sorted(files):
         file = path / name
         digest.update(name.encode() + b"\0" + str(file.stat().st_size).encode() + b"\0")
-        with file.open("rb") as handle:
-            while chunk := handle.read(_HASH_CHUNK):
-                digest.update(chunk)
+        update_with_file(digest, file)
     return digest.hexdigest()
 
 

@@ -13,6 +13,7 @@ from sago_fast.datasets.builtin import SUITES
 from sago_fast.datasets.formats import FORMATS, detect, mmlu_rows, parse_records, split_prefix
 from sago_fast.datasets.readers import FieldMap, examples_from_records, has_field, source_records
 from sago_fast.errors import InputError
+from sago_fast.hashing import update_with_file
 from sago_fast.registry import UnknownNameError
 from sago_fast.types import Example
 
@@ -36,7 +37,7 @@ def _file_hash(path: Path) -> str:
     digest = hashlib.sha256()
     files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
     for file in files:
-        digest.update(file.read_bytes())
+        update_with_file(digest, file)
     return digest.hexdigest()[:12]
 
 
