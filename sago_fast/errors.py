@@ -33,3 +33,19 @@ class DiskFullError(StoreError):
 
 class Interrupted(SagoError):
     """The user interrupted (Ctrl-C); what was finished is kept. The CLI exits with 130."""
+
+
+def raise_if_interrupted(exc: BaseException) -> None:
+    """Re-raise Ctrl-C that a library wrapped into another error.
+
+    A SIGINT that lands while a compiled extension initialises (ONNX Runtime's pybind11 module, Numba) comes
+    back as ``ImportError: initialization failed`` with the ``KeyboardInterrupt`` as its cause; a unit that
+    catches ``Exception`` would record it as a failed unit instead of stopping the run.
+    """
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, KeyboardInterrupt):
+            raise KeyboardInterrupt from None
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__

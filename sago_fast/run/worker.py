@@ -16,6 +16,7 @@ from typing import Any
 
 from sago_fast.checkpoints.resolve import Checkpoint
 from sago_fast.datasets.resolve import Dataset
+from sago_fast.errors import raise_if_interrupted
 from sago_fast.run.config import RunConfig
 from sago_fast.run.evaluate import evaluate_unit, variant_rows
 from sago_fast.run.units import Unit
@@ -75,6 +76,7 @@ def evaluate_checkpoint(
             session_options=SessionOptions(intra_op_threads=session_threads),
         )
     except Exception as exc:
+        raise_if_interrupted(exc)
         message = _describe(exc)
         for unit in units:
             yield UnitOutcome(
@@ -94,6 +96,7 @@ def evaluate_checkpoint(
                 model.progress = TqdmPasses(f"{checkpoint.display_path.name} × {data.name}")
                 tables = evaluate_unit(model, data, variants[unit.dataset_id], config.answer_settings)
             except Exception as exc:
+                raise_if_interrupted(exc)
                 yield UnitOutcome(
                     unit.unit_id,
                     str(checkpoint.display_path),
