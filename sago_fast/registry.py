@@ -39,6 +39,10 @@ class Registry(Generic[T]):
             raise ValueError(f"{self.kind} {name!r} is already registered")
         self._items[name] = item
 
+    def remove(self, name: str) -> T:
+        """Unregister ``name`` (a plugin or a test that registered it temporarily); returns the item."""
+        return self._items.pop(name)
+
     def get(self, name: str) -> T:
         try:
             return self._items[name]

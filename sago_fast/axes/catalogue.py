@@ -30,6 +30,14 @@ class MetricSpec:
     null: str = "none"  # replicate | tolerance | chance | none
     tolerance: float | None = None  # a fixed tolerance (None: the statistics' default)
     headline: int | None = None  # rank among the axis' headline metrics (0 first)
+    family: str | None = None  # the family its headline figure is read at (None: all meaning-preserving)
+    label: str = ""  # axis label with unit in the report (default: "<name> (<unit>)")
+    digits: int = 3  # decimals in the run summary
+    sesoi: float | None = None  # replicate nulls: smallest effect of practical interest (the null's floor)
+
+    @property
+    def axis_label(self) -> str:
+        return self.label or f"{self.name.replace('_', ' ')} ({self.unit})"
 
     @property
     def alternative(self) -> str:
@@ -45,14 +53,37 @@ _DATASET = ("dataset_scores",)
 
 for _spec in (
     # canonical-variant correctness: computed by the statistics from `outputs`, estimate and CI only
-    MetricSpec("accuracy", "accuracy", (), direction="lower", unit="correct (0/1)"),
-    MetricSpec("generation", "answer_disagreement", _ITEM, null="tolerance", headline=0),
+    MetricSpec(
+        "accuracy",
+        "accuracy",
+        (),
+        direction="lower",
+        unit="correct (0/1)",
+        label="accuracy (share of examples)",
+    ),
+    MetricSpec(
+        "generation",
+        "answer_disagreement",
+        _ITEM,
+        null="tolerance",
+        headline=0,
+        label="answer disagreement (share of variant pairs)",
+    ),
     MetricSpec("generation", "correctness_flip", _ITEM, null="tolerance"),
     MetricSpec("generation", "flip_rate", _ITEM, null="tolerance"),
     MetricSpec("generation", "worst_case", _ITEM, direction="lower", unit="correct (0/1)"),
     MetricSpec("generation", "token_f1_disagreement", _ITEM, tasks=("generation",), null="tolerance"),
-    MetricSpec("activation", "dispersion_raw", _LAYER_ITEM, unit="cosine distance", null="replicate"),
-    MetricSpec("activation", "dispersion", _LAYER_ITEM, unit="ratio to between-example distance", headline=0),
+    MetricSpec(
+        "activation", "dispersion_raw", _LAYER_ITEM, unit="cosine distance", null="replicate", sesoi=0.005
+    ),
+    MetricSpec(
+        "activation",
+        "dispersion",
+        _LAYER_ITEM,
+        unit="ratio to between-example distance",
+        headline=0,
+        label="dispersion (cosine dist. ÷ between-example dist.)",
+    ),
     MetricSpec("activation", "knn_instability", _LAYER_ITEM, null="tolerance"),
     MetricSpec("activation", "replicate_distance", ("layer_scores",), unit="cosine distance"),
     MetricSpec("activation", "cka", _DATASET, direction="lower", unit="linear CKA"),
@@ -65,20 +96,48 @@ for _spec in (
         unit="JS divergence (nats)",
         null="replicate",
         headline=0,
+        label="option JS divergence (nats)",
+        digits=4,
+        sesoi=0.005,
     ),
     MetricSpec(
         "confidence", "next_token_js", _ITEM, unit="JS divergence (nats)", null="tolerance", tolerance=1e-4
     ),
-    MetricSpec("confidence", "p_gold_sd", _ITEM, unit="probability", null="replicate", headline=1),
-    MetricSpec("confidence", "p_gold_range", _ITEM, unit="probability", null="replicate"),
+    MetricSpec(
+        "confidence",
+        "p_gold_sd",
+        _ITEM,
+        unit="probability",
+        null="replicate",
+        headline=1,
+        label="SD of P(gold) (probability)",
+        sesoi=0.01,
+    ),
+    MetricSpec("confidence", "p_gold_range", _ITEM, unit="probability", null="replicate", sesoi=0.02),
     MetricSpec("confidence", "margin_flip", _ITEM, tasks=OPTIONS, null="tolerance"),
     MetricSpec("confidence", "ece", _DATASET, unit="calibration error"),
     MetricSpec("confidence", "ece_spread", _DATASET, unit="calibration error"),
     MetricSpec(
-        "mirroring", "position_mirroring", _ITEM, tasks=("multiple_choice",), null="chance", headline=1
+        "mirroring",
+        "position_mirroring",
+        _ITEM,
+        tasks=("multiple_choice",),
+        null="chance",
+        headline=1,
+        family="option_permutation",
+        label="position kept (share of moved answers)",
     ),
-    MetricSpec("mirroring", "position_chance", _ITEM, tasks=("multiple_choice",)),
-    MetricSpec("mirroring", "mirroring_log_odds", _ITEM, tasks=("multiple_choice",), unit="log odds"),
+    MetricSpec(
+        "mirroring", "position_chance", _ITEM, tasks=("multiple_choice",), family="option_permutation"
+    ),
+    MetricSpec(
+        "mirroring",
+        "mirroring_log_odds",
+        _ITEM,
+        tasks=("multiple_choice",),
+        unit="log odds",
+        family="option_permutation",
+    ),
     MetricSpec(
         "mirroring",
         "cue_following",
@@ -88,11 +147,27 @@ for _spec in (
         null="tolerance",
         tolerance=0.0,
         headline=0,
+        family="wrong_hint",
+        label="shift in P(hinted option) (probability)",
     ),
     MetricSpec(
-        "mirroring", "swap_consistency", _ITEM, tasks=("pairwise",), direction="lower", null="tolerance"
+        "mirroring",
+        "swap_consistency",
+        _ITEM,
+        tasks=("pairwise",),
+        direction="lower",
+        null="tolerance",
+        family="pair_swap",
     ),
-    MetricSpec("mirroring", "prompt_echo", _ITEM, tasks=("generation",), null="tolerance", headline=2),
+    MetricSpec(
+        "mirroring",
+        "prompt_echo",
+        _ITEM,
+        tasks=("generation",),
+        null="tolerance",
+        headline=2,
+        label="prompt echo (share of variants)",
+    ),
 ):
     CATALOGUE.add(_spec.name, _spec)
 
@@ -109,5 +184,23 @@ def headline_metrics(axis: str) -> tuple[str, ...]:
     return tuple(name for _, name in ranked)
 
 
+def headline_specs() -> list[MetricSpec]:
+    """Every headline metric, axis by axis (in :func:`axes` order) and by rank within an axis."""
+    return [CATALOGUE.get(name) for axis in axes() for name in headline_metrics(axis)]
+
+
 def axes() -> tuple[str, ...]:
     return ("generation", "activation", "confidence", "mirroring")
+
+
+def check_written(axis: str, scores: list) -> list:
+    """``scores`` (ItemScore rows of one scorer of ``axis``), after checking that each metric is in the
+    catalogue under that axis: a metric missing from the catalogue fails loudly, never silently untested."""
+    for name in {s.metric for s in scores}:
+        spec = CATALOGUE.get(name) if name in CATALOGUE else None
+        if spec is None or spec.axis != axis or any(s.axis != axis for s in scores):
+            raise ValueError(
+                f"metric {name!r} of axis {axis!r} is not in the metric catalogue under that axis "
+                "(add a MetricSpec to sago_fast/axes/catalogue.py)"
+            )
+    return scores

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from sago_fast.axes.items import ExampleView, item_scorer
 from sago_fast.axes.records import ExampleOutputs, ItemScore
 from sago_fast.kernels import pairwise
 
@@ -60,6 +61,11 @@ def confidence_scores(
             js = pairwise(next_token_probs[mask], "js", check=False)
             out.append(ItemScore(ex.example_id, AXIS, "next_token_js", family, float(js.mean())))
     return out
+
+
+@item_scorer("confidence", AXIS)
+def _confidence_item_scores(view: ExampleView) -> list[ItemScore]:
+    return confidence_scores(view.outputs, view.families, view.next_token_probs, view.p_gold)
 
 
 def expected_calibration_error(confidence: np.ndarray, correct: np.ndarray, n_bins: int = 10) -> float:

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from sago_fast.axes.items import ExampleView, item_scorer
 from sago_fast.axes.records import ExampleOutputs, ItemScore
 from sago_fast.kernels.agreement import pairwise_agreement
 
@@ -65,3 +66,14 @@ def text_agreement_scores(
         f1 = pairwise_agreement([texts[r] for r in rows], "token_f1")
         out.append(ItemScore(ex.example_id, AXIS, "token_f1_disagreement", family, 1.0 - float(f1.mean())))
     return out
+
+
+@item_scorer("generation", AXIS)
+def _generation_item_scores(view: ExampleView) -> list[ItemScore]:
+    return generation_scores(view.outputs, view.families)
+
+
+@item_scorer("token_f1", AXIS, tasks=("generation",))
+def _token_f1_item_scores(view: ExampleView) -> list[ItemScore]:
+    assert view.texts is not None, "generation tasks carry their generated texts"
+    return text_agreement_scores(view.outputs, view.texts, view.families)

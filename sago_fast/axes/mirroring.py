@@ -18,6 +18,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from sago_fast.axes.items import ExampleView, item_scorer
 from sago_fast.axes.records import ExampleOutputs, ItemScore
 from sago_fast.kernels.agreement import answer_key
 
@@ -77,3 +78,13 @@ def prompt_echo_scores(
         mask = ex.family_mask(family)
         out.append(ItemScore(ex.example_id, AXIS, "prompt_echo", family, float(echo[mask].mean())))
     return out
+
+
+@item_scorer("mirroring", AXIS, tasks=("multiple_choice", "pairwise"))
+def _mirroring_item_scores(view: ExampleView) -> list[ItemScore]:
+    return mirroring_scores(view.outputs)
+
+
+@item_scorer("prompt_echo", AXIS, tasks=("generation",))
+def _prompt_echo_item_scores(view: ExampleView) -> list[ItemScore]:
+    return prompt_echo_scores(view.outputs, view.prompts, view.families)

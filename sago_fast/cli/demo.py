@@ -31,8 +31,8 @@ def demo_command(
     from sago_fast.cli.query import render_table
     from sago_fast.demo import DemoConfig, run_demo
     from sago_fast.report import write_report
-    from sago_fast.run.pipeline import summary_rows
     from sago_fast.store import Store
+    from sago_fast.store.queries import summary_rows
 
     result = run_demo(DemoConfig(out_dir=out, device=device, n_examples=n_examples))
     db = str(result.db_path)  # the demo never shards: it always writes its database

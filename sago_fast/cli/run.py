@@ -7,6 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
+from sago_fast import defaults
 from sago_fast.cli.options import CacheDirOpt, OptionalDbOpt, OptionalDeviceOpt
 
 
@@ -23,18 +24,31 @@ def run_command(
         list[str] | None, typer.Option("--families", "-F", help="Families to use (repeatable; default all).")
     ] = None,
     variants_per_family: Annotated[
-        int | None, typer.Option("--variants-per-family", "-k", help="Variants per family (default 2).")
+        int | None,
+        typer.Option(
+            "--variants-per-family",
+            "-k",
+            help=f"Variants per family (default {defaults.VARIANTS_PER_FAMILY}).",
+        ),
     ] = None,
     limit: Annotated[int | None, typer.Option("--limit", help="First N examples of each dataset.")] = None,
     device: OptionalDeviceOpt = None,
-    seed: Annotated[int | None, typer.Option("--seed", help="Variant seed (default 0).")] = None,
+    seed: Annotated[
+        int | None, typer.Option("--seed", help=f"Variant seed (default {defaults.SEED}).")
+    ] = None,
     max_new_tokens: Annotated[
         int | None,
-        typer.Option("--max-new-tokens", help="Generation tasks: tokens generated at most (default 16)."),
+        typer.Option(
+            "--max-new-tokens",
+            help=f"Generation tasks: tokens generated at most (default {defaults.MAX_NEW_TOKENS}).",
+        ),
     ] = None,
     stop: Annotated[
         list[str] | None,
-        typer.Option("--stop", help="Generation tasks: stop string (repeatable; default a newline)."),
+        typer.Option(
+            "--stop",
+            help=f"Generation tasks: stop string (repeatable; default {', '.join(map(repr, defaults.STOP))}).",
+        ),
     ] = None,
     no_stats: Annotated[
         bool, typer.Option("--no-stats", help="Skip the statistics at the end (run `sago stats` later).")
@@ -42,7 +56,8 @@ def run_command(
     executor: Annotated[
         str | None,
         typer.Option(
-            "--executor", help="local (default) or ray (extra sago_fast[ray]; RAY_ADDRESS joins a cluster)."
+            "--executor",
+            help=f"local or ray (extra sago_fast[ray]; RAY_ADDRESS joins a cluster); default {defaults.EXECUTOR}.",
         ),
     ] = None,
     shard: Annotated[
@@ -61,15 +76,17 @@ def run_command(
         str | None,
         typer.Option(
             "--answer-mode",
-            help="Multiple choice: cloze (default; option text, lm-eval acc), cloze_norm (per character, "
-            "lm-eval acc_norm) or letter (the option label, MMLU/HELM). All modes are stored.",
+            help="Multiple choice: cloze (option text, lm-eval acc), cloze_norm (per character, lm-eval "
+            f"acc_norm) or letter (the option label, MMLU/HELM); default {defaults.ANSWER_MODE}. All modes "
+            "are stored.",
         ),
     ] = None,
     chat_template: Annotated[
         str | None,
         typer.Option(
             "--chat-template",
-            help="none (default: plain prompts) or auto (the tokenizer's chat template when it has one).",
+            help="none (plain prompts) or auto (the tokenizer's chat template when it has one); default "
+            f"{defaults.CHAT_TEMPLATE}.",
         ),
     ] = None,
     system_prompt: Annotated[
@@ -78,7 +95,8 @@ def run_command(
     num_fewshot: Annotated[
         int | None,
         typer.Option(
-            "--num-fewshot", help="Demonstrations per prompt, never the example itself (default 0)."
+            "--num-fewshot",
+            help=f"Demonstrations per prompt, never the example itself (default {defaults.NUM_FEWSHOT}).",
         ),
     ] = None,
     fewshot_from: Annotated[
@@ -103,8 +121,8 @@ def run_command(
 ) -> None:
     from sago_fast.cli.query import render_table
     from sago_fast.run import RunConfig, run
-    from sago_fast.run.pipeline import summary_rows
     from sago_fast.store import Store
+    from sago_fast.store.queries import summary_rows
 
     given: dict[str, Any] = {
         "models": tuple(model or ()),

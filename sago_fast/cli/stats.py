@@ -7,6 +7,9 @@ from typing import Annotated
 import typer
 
 from sago_fast.cli.options import DbOpt
+from sago_fast.stats.config import StatsConfig
+
+DEFAULTS = StatsConfig()  # the help texts and defaults below read it: the defaults are stated once
 
 
 def stats_command(
@@ -14,22 +17,56 @@ def stats_command(
     run_id: Annotated[
         str | None, typer.Option("--run", help="Run id (default: the latest finished run).")
     ] = None,
-    n_resamples: Annotated[int, typer.Option("--resamples", help="Bootstrap draws and permutations.")] = 2000,
-    seed: Annotated[int, typer.Option("--seed", help="Seed of every resampling stream.")] = 0,
-    alpha: Annotated[float, typer.Option("--alpha", help="Significance level for reversals.")] = 0.05,
+    n_resamples: Annotated[
+        int, typer.Option("--resamples", help="Bootstrap draws and permutations.")
+    ] = DEFAULTS.n_resamples,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of every resampling stream.")] = DEFAULTS.seed,
+    confidence: Annotated[
+        float, typer.Option("--confidence", help="Level of the confidence intervals.")
+    ] = DEFAULTS.confidence,
+    alpha: Annotated[
+        float, typer.Option("--alpha", help="Significance level for reversals.")
+    ] = DEFAULTS.alpha,
     tolerance: Annotated[
         float, typer.Option("--tolerance", help="Stated tolerance for discrete instability metrics.")
-    ] = 0.05,
+    ] = DEFAULTS.tolerance,
+    sesoi: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--sesoi",
+            help="METRIC=VALUE: the smallest effect of practical interest a replicate-null metric is tested "
+            "against (default: the metric catalogue's; repeatable).",
+        ),
+    ] = None,
 ) -> None:
     from sago_fast.errors import InputError
-    from sago_fast.stats import StatsConfig, run_stats
+    from sago_fast.stats import run_stats
 
     if not db.is_file():
         raise InputError(f"{db}: no such database")
-    try:
-        config = StatsConfig(n_resamples=n_resamples, seed=seed, alpha=alpha, tolerance=tolerance)
-    except ValueError as exc:
-        raise InputError(str(exc)) from None
+    config = StatsConfig(
+        n_resamples=n_resamples,
+        seed=seed,
+        confidence=confidence,
+        alpha=alpha,
+        tolerance=tolerance,
+        sesoi=tuple(_sesoi(item) for item in sesoi or ()),
+    )
     result = run_stats(db, run_id, config)
     written = ", ".join(f"{table} {n}" for table, n in result.rows.items())
     typer.echo(f"statistics of run {result.run_id}: {written} rows -> {db}")
+
+
+def _sesoi(item: str) -> tuple[str, float]:
+    """``METRIC=VALUE`` -> (metric, value), the metric checked against the catalogue's replicate nulls."""
+    from sago_fast.axes.catalogue import CATALOGUE
+    from sago_fast.errors import InputError
+
+    name, sep, value = item.partition("=")
+    replicate = sorted(n for n in CATALOGUE.names() if CATALOGUE.get(n).null == "replicate")
+    if not sep or name not in replicate:
+        raise InputError(f"--sesoi {item!r}: expected METRIC=VALUE with METRIC one of {', '.join(replicate)}")
+    try:
+        return name, float(value)
+    except ValueError:
+        raise InputError(f"--sesoi {item!r}: {value!r} is not a number") from None

@@ -127,14 +127,14 @@ def load_report_data(store: Store, run_id: str | None, n_unstable: int = 10) -> 
         ds AS (SELECT dataset_id, any_value(name) AS dataset FROM datasets GROUP BY 1)
         SELECT n.model, ds.dataset, s.axis, s.metric, s.family, round(s.estimate, 4) AS estimate,
                round(s.ci_low, 4) AS ci_low, round(s.ci_high, 4) AS ci_high, s.test,
-               round(s.null_value, 4) AS null_value, s.p_value, s.p_adjusted, s.n_items
+               round(s.null_value, 4) AS null_value, round(s.effect, 4) AS effect, s.p_value, s.p_adjusted, s.n_items
         FROM model_scores s JOIN n USING (model_id) JOIN ds USING (dataset_id)
         WHERE s.run_id = $run AND s.p_value IS NOT NULL
         ORDER BY ds.dataset, s.axis, s.metric, s.family NULLS FIRST, n.model
         """,
         params,
     )
-    data.significance = Table(columns, [(*r[:10], _p(r[10]), _p(r[11]), r[12]) for r in rows])
+    data.significance = Table(columns, [(*r[:11], _p(r[11]), _p(r[12]), r[13]) for r in rows])
     data.unstable = _unstable_examples(store, run_id, n_unstable)
     return data
 

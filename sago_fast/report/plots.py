@@ -8,19 +8,16 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from sago_fast.axes.catalogue import CATALOGUE, axes
 from sago_fast.report.data import ReportData, natural_key
 
-UNITS = {  # y-axis label with its unit, per headline metric
-    "accuracy": "accuracy (share of examples)",
-    "answer_disagreement": "answer disagreement (share of variant pairs)",
-    "dispersion": "dispersion (cosine dist. ÷ between-example dist.)",
-    "option_js": "option JS divergence (nats)",
-    "p_gold_sd": "SD of P(gold) (probability)",
-    "cue_following": "shift in P(hinted option) (probability)",
-    "position_mirroring": "position kept (share of moved answers)",
-    "prompt_echo": "prompt echo (share of variants)",
-}
-AXIS_ORDER = ("accuracy", "generation", "activation", "confidence", "mirroring")
+
+def axis_label(metric: str) -> str:
+    """A metric's y-axis label with its unit, from the metric catalogue."""
+    return CATALOGUE.get(metric).axis_label if metric in CATALOGUE else f"{metric} (score)"
+
+
+AXIS_ORDER = ("accuracy", *axes())
 RANK_ORDER = (*AXIS_ORDER, "worst_axis")
 
 
@@ -74,7 +71,7 @@ def profile_plot(data: ReportData, dataset: str) -> str:
         ax.set_title(f"{axis}: {metric}", fontsize=9)
         ax.set_xticks(range(len(models)), models, rotation=30, ha="right", fontsize=8)
         ax.set_xlabel("model")
-        ax.set_ylabel(UNITS.get(metric, f"{metric} (score)"), fontsize=8)
+        ax.set_ylabel(axis_label(metric), fontsize=8)
     fig.suptitle(f"{dataset}: accuracy and four-axis profile (higher = less stable), 95% CI", fontsize=10)
     return _svg(fig)
 
@@ -94,7 +91,7 @@ def layer_plot(data: ReportData) -> str:
         ax.axhline(1.0, color="grey", linestyle=":", linewidth=1)
         ax.set_title(dataset, fontsize=9)
         ax.set_xlabel("layer (0 = embeddings)")
-        ax.set_ylabel(UNITS["dispersion"], fontsize=8)
+        ax.set_ylabel(axis_label("dispersion"), fontsize=8)
         ax.legend(fontsize=7)
     return _svg(fig)
 
@@ -169,7 +166,7 @@ def training_plot(data: ReportData, models: Sequence[str]) -> str:
             ax.plot(range(len(order)), [values.get(m, np.nan) for m in order], marker="o", label=dataset)
         ax.set_xticks(range(len(order)), order, rotation=30, ha="right", fontsize=8)
         ax.set_xlabel("checkpoint (training order)")
-        ax.set_ylabel(UNITS.get(metric_of[axis], f"{metric_of[axis]} (score)"), fontsize=8)
+        ax.set_ylabel(axis_label(metric_of[axis]), fontsize=8)
         ax.set_title(axis, fontsize=9)
         ax.legend(fontsize=7)
     return _svg(fig)

@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from sago_fast import defaults
 from sago_fast.datasets.readers import FieldMap
 from sago_fast.errors import InputError
 from sago_fast.runtime.answering import AnswerSettings
@@ -40,23 +41,23 @@ class RunConfig:
     datasets: tuple[str, ...]
     db: Path | None = None
     families: tuple[str, ...] | None = None
-    variants_per_family: int = 2
+    variants_per_family: int = defaults.VARIANTS_PER_FAMILY
     limit: int | None = None
-    device: str = "cpu"
-    seed: int = 0
+    device: str = defaults.DEVICE
+    seed: int = defaults.SEED
     cache_dir: Path | None = None
-    max_new_tokens: int = 16
-    stop: tuple[str, ...] = ("\n",)
+    max_new_tokens: int = defaults.MAX_NEW_TOKENS
+    stop: tuple[str, ...] = defaults.STOP
     stats: bool = True
-    executor: str = "local"
+    executor: str = defaults.EXECUTOR
     shard: str | None = None
     shard_dir: Path | None = None
     ray_cpus_per_task: float = 1.0
     ray_max_retries: int = 2
     answer_mode: str = DEFAULT_ANSWER_MODE
-    chat_template: str = "none"
+    chat_template: str = defaults.CHAT_TEMPLATE
     system_prompt: str | None = None
-    num_fewshot: int = 0
+    num_fewshot: int = defaults.NUM_FEWSHOT
     fewshot_from: str | None = None
     fields: tuple[str, ...] = ()
 

@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from sago_fast.axes import ExampleView, scorers_for
 from sago_fast.axes.activation import activation_scores
-from sago_fast.axes.confidence import confidence_scores, expected_calibration_error, gold_margin
-from sago_fast.axes.generation import generation_scores, text_agreement_scores
-from sago_fast.axes.mirroring import mirroring_scores, prompt_echo_scores
+from sago_fast.axes.catalogue import check_written
+from sago_fast.axes.confidence import expected_calibration_error, gold_margin
 from sago_fast.axes.records import ExampleOutputs, ItemScore
 from sago_fast.datasets.resolve import Dataset
 from sago_fast.errors import InputError
@@ -118,16 +118,18 @@ def evaluate_unit(
             None,
             *sorted({v.family for v in vs if v.meaning_preserving} - {"canonical"}),
         ]
-        scores: list[ItemScore] = generation_scores(outputs, families)
-        if example.has_options:
-            scores += confidence_scores(outputs, families, next_token_probs=next_token[rows])
-            scores += mirroring_scores(outputs)
-        else:
-            free = [a for a in (answers[r] for r in rows) if isinstance(a, FreeAnswer)]
-            scores += text_agreement_scores(outputs, [a.text_token_ids for a in free], families)
-            p_gold = np.array([a.p_gold for a in free])
-            scores += confidence_scores(outputs, families, next_token_probs=next_token[rows], p_gold=p_gold)
-            scores += prompt_echo_scores(outputs, [v.prompt for v in vs], families)
+        free = [a for a in (answers[r] for r in rows) if isinstance(a, FreeAnswer)]
+        view = ExampleView(
+            outputs,
+            families,
+            next_token[rows],
+            p_gold=np.array([a.p_gold for a in free]) if free else None,
+            texts=[a.text_token_ids for a in free] if free else None,
+            prompts=[v.prompt for v in vs],
+        )
+        scores: list[ItemScore] = []
+        for scorer in scorers_for(example.task_type):
+            scores += check_written(scorer.axis, scorer.score(view))
         for s in scores:
             tables.item_scores["example_id"].append(s.example_id)
             tables.item_scores["axis"].append(s.axis)

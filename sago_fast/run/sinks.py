@@ -13,8 +13,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from sago_fast.run.worker import KEYS, Rows
+from sago_fast.run.worker import Rows
 from sago_fast.store import Store
+from sago_fast.store.schema import ROW_KEYS
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +89,7 @@ def write_rows(store: Store, run_id: str, unit_id: str, rows: Rows | dict[str, A
         if unit_done(store, run_id, unit_id):
             return False
         for table, columns in rows.items():
-            store.insert(table, columns, key=KEYS.get(table, ()))
+            store.insert(table, columns, key=ROW_KEYS.get(table, ()))
     return True
 
 

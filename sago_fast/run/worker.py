@@ -21,21 +21,12 @@ from sago_fast.run.config import RunConfig
 from sago_fast.run.evaluate import evaluate_unit, variant_rows
 from sago_fast.run.units import Unit
 from sago_fast.runtime.progress import NoProgress, TqdmPasses
+from sago_fast.store.schema import RESULT_TABLES
 from sago_fast.types import Variant
 
 log = logging.getLogger(__name__)
 
 Rows = dict[str, dict[str, list[Any]]]  # table -> columns
-
-# rows of these tables may already exist (another unit, another run): inserted only when absent
-KEYS: dict[str, tuple[str, ...]] = {
-    "models": ("model_id", "export_key"),
-    "datasets": ("dataset_id",),
-    "examples": ("dataset_id", "example_id"),
-    "variants": ("dataset_id", "variant_id"),
-    "units": ("run_id", "unit_id"),
-}
-RESULT_TABLES = ("outputs", "mode_answers", "item_scores", "layer_scores", "dataset_scores")
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from sago_fast import defaults
 from sago_fast.errors import InputError
 from sago_fast.runtime.batching import BatchPolicy, left_pad, plan_batches, run_with_backoff
 
@@ -33,8 +34,8 @@ class GenerationSettings:
     stop_at_eos: end at the model's end-of-sequence token(s) (kept in ``token_ids``, not in ``text``).
     """
 
-    max_new_tokens: int = 16
-    stop: tuple[str, ...] = ("\n",)
+    max_new_tokens: int = defaults.MAX_NEW_TOKENS
+    stop: tuple[str, ...] = defaults.STOP
     stop_at_eos: bool = True
 
     def __post_init__(self) -> None:

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from scipy.special import log_softmax
 
+from sago_fast import defaults
 from sago_fast.errors import InputError
 from sago_fast.runtime.prompting import ModelPrompts
 from sago_fast.runtime.scoring import score_pairs
@@ -34,7 +35,7 @@ if TYPE_CHECKING:
 
 
 ANSWER_MODES = ("cloze", "cloze_norm", "letter")
-DEFAULT_ANSWER_MODE = "cloze"
+DEFAULT_ANSWER_MODE = defaults.ANSWER_MODE
 
 
 def check_answer_mode(mode: str) -> str:

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from sago_fast import defaults
 from sago_fast.errors import InputError
 from sago_fast.types import Variant
 
@@ -29,7 +30,7 @@ class PromptFormat:
     """chat_template: "auto" (the tokenizer's template when it has one) or "none" (plain text).
     system_prompt: the system turn of every prompt (None: the template's own default, if any)."""
 
-    chat_template: str = "none"
+    chat_template: str = defaults.CHAT_TEMPLATE
     system_prompt: str | None = None
 
     def __post_init__(self) -> None:

@@ -1,16 +1,38 @@
-"""Statistics of a run: bootstrap CIs, tests against replicate noise / tolerance / chance, model
-comparisons, rankings and their agreement across datasets, axis correlations (scipy throughout)."""
+"""Statistics of a run: bootstrap CIs, tests of the mean against replicate noise / tolerance / chance,
+model comparisons, rankings and their agreement across datasets, axis correlations (scipy throughout).
+
+The heavy modules load on first use, so that reading :class:`StatsConfig` (the CLI's defaults) does not
+import scipy.
+"""
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-from sago_fast.stats.compute import StatsTables, compute_stats
-from sago_fast.stats.data import RunData, latest_run, load_run
-from sago_fast.stats.methods import StatsConfig
+from sago_fast.stats.config import StatsConfig
+
+if TYPE_CHECKING:
+    from sago_fast.stats.compute import StatsTables, compute_stats
+    from sago_fast.stats.data import RunData, load_run
 
 __all__ = ["RunData", "StatsConfig", "StatsResult", "StatsTables", "compute_stats", "load_run", "run_stats"]
+
+_LAZY = {
+    "StatsTables": "sago_fast.stats.compute",
+    "compute_stats": "sago_fast.stats.compute",
+    "RunData": "sago_fast.stats.data",
+    "load_run": "sago_fast.stats.data",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass(frozen=True)
@@ -24,6 +46,8 @@ def run_stats(
 ) -> StatsResult:
     """Compute every statistic of ``run_id`` (default: the latest finished run) and store it, replacing
     earlier statistics of that run in one transaction (running it twice gives the same tables)."""
+    from sago_fast.stats.compute import StatsTables, compute_stats
+    from sago_fast.stats.data import latest_run, load_run
     from sago_fast.store import Store
 
     with Store(db) as store:

@@ -1,9 +1,12 @@
 """Every statistic of one run, as table columns ready for the store.
 
-model_scores       per (model, dataset, axis, metric, family): mean over examples, item-clustered bootstrap
-                   CI, the test against the metric's null (nulls.py), BH-adjusted p over the whole table
-model_comparisons  per dataset and headline metric, every model pair on the same examples: paired Wilcoxon
-                   (+ bootstrap CI of the mean difference); McNemar on flip indicators (flip_rate > 0)
+model_scores       per (model, dataset, axis, metric, family): mean over examples, its CI and a one-sided
+                   test of the mean against the metric's null (nulls.py; exact binomial for 0/1 values,
+                   else studentized bootstrap over examples), the effect (estimate beyond the null, in the
+                   metric's unit), BH-adjusted p over the whole table
+model_comparisons  per dataset and headline metric, every model pair on the same examples: exact McNemar
+                   for 0/1 values (accuracy), else paired Wilcoxon on differences rounded to 1e-12
+                   relative (+ bootstrap CI of the mean difference); McNemar on flip indicators
 rankings           per source (a dataset, or one family of a dataset) and headline metric: each model's
                    mean rank over examples (1 = most stable / most accurate), Friedman test, Nemenyi CD;
                    plus ``worst_axis``: per model the worst of its four axis ranks
@@ -26,22 +29,24 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from sago_fast.stats.data import ACCURACY, AXES, RunData
+from sago_fast.stats.config import sesoi_for
+from sago_fast.stats.data import ACCURACY, AXES, Key, RunData
 from sago_fast.stats.methods import (
     StatsConfig,
     bh_adjust,
-    bootstrap_ci,
     correlation_permutation_p,
     kendall_tau_b_rows,
     kendall_w,
     mcnemar_p,
+    mean_inference,
     nemenyi_cd,
     paired_bootstrap_ci,
     partial_spearman,
     pearson,
+    rounded_differences,
     wilcoxon_p,
 )
-from sago_fast.stats.nulls import null_for
+from sago_fast.stats.nulls import like_for_like, null_for
 
 Columns = dict[str, list[Any]]
 
@@ -93,30 +98,50 @@ def compute_stats(data: RunData, config: StatsConfig = StatsConfig()) -> StatsTa
 
 def _model_scores(data: RunData, config: StatsConfig, out: Columns) -> None:
     for key in sorted(data.items, key=lambda k: tuple("" if x is None else x for x in k)):
-        model, dataset, axis, metric, family = key
-        by_example = data.items[key]
-        examples = sorted(by_example)
-        values = np.array([by_example[e] for e in examples])
-        low, high = bootstrap_ci(values, config, stream=_stream(*key))
-        test, null_value, p = _test(data, key, examples, values, config)
-        _append(
-            out,
-            run_id=data.run_id,
-            model_id=model,
-            dataset_id=dataset,
-            axis=axis,
-            metric=metric,
-            family=family,
-            estimate=float(np.mean(values)),
-            ci_low=low,
-            ci_high=high,
-            p_value=p,
-            p_adjusted=None,
-            n_items=len(values),
-            test=test,
-            null_value=null_value,
-        )
+        _append(out, **score_metric(data, key, config))
     _adjust(out, "p_value")
+
+
+def score_metric(data: RunData, key: Key, config: StatsConfig) -> dict[str, Any]:
+    """One ``model_scores`` row (without ``p_adjusted``): the mean of one item metric over examples, its
+    CI, the test of the mean against the metric's null and the effect beyond that null."""
+    model, dataset, axis, metric, family = key
+    by_example = data.items[key]
+    examples = sorted(by_example)
+    values = np.array([by_example[e] for e in examples])
+    null = _null(data, key, examples, values, config)
+    stream = _stream(*key)
+    reference = None if null is None else null.reference  # None: estimate and CI, or a paired test below
+    alternative = "greater" if null is None else null.alternative
+    result = mean_inference(values, config, reference=reference, alternative=alternative, stream=stream)
+    p, test, effect = result.p_value, "none", None
+    if null is not None:
+        if null.tested is None:  # the values themselves against a fixed reference
+            test = f"{result.method}: {null.label}"
+        else:  # paired: (value - that example's null) against 0
+            paired = mean_inference(
+                null.tested, config, reference=0.0, alternative=alternative, stream=stream
+            )
+            p, test = paired.p_value, f"{paired.method} of differences: {null.label}"
+        gap = result.estimate - null.value
+        effect = gap if null.alternative == "greater" else -gap
+    return {
+        "run_id": data.run_id,
+        "model_id": model,
+        "dataset_id": dataset,
+        "axis": axis,
+        "metric": metric,
+        "family": family,
+        "estimate": result.estimate,
+        "ci_low": result.low,
+        "ci_high": result.high,
+        "p_value": p,
+        "p_adjusted": None,
+        "n_items": len(values),
+        "test": test,
+        "null_value": None if null is None else null.value,
+        "effect": effect,
+    }
 
 
 def _adjust(out: Columns, column: str) -> None:
@@ -125,31 +150,70 @@ def _adjust(out: Columns, column: str) -> None:
     out["p_adjusted"] = [None if np.isnan(x) else float(x) for x in bh_adjust(p)]
 
 
-def _test(
+@dataclass(frozen=True)
+class Null:
+    """What one metric's mean is tested against.
+
+    value: the null's mean (``model_scores.null_value``); reference: the fixed value the mean is tested
+    against, or ``tested``: per-example differences (value - that example's null) tested against 0;
+    label: which null, in words (``model_scores.test``)."""
+
+    label: str
+    value: float
+    alternative: str
+    reference: float | None = None
+    tested: np.ndarray | None = None
+
+
+def _null(
     data: RunData, key: tuple, examples: list[str], values: np.ndarray, config: StatsConfig
-) -> tuple[str, float | None, float | None]:
-    """(test description, mean of the null, p-value) for one item metric."""
+) -> Null | None:
+    """The null of one item metric (nulls.py), or None: estimate and CI only."""
     model, dataset, _axis, metric, family = key
     spec = null_for(metric)
+    alternative = spec.alternative
     if spec.kind == "replicate":
-        noise = data.replicate.get((model, dataset, metric), {})
-        paired = [(v, noise[e]) for e, v in zip(examples, values, strict=True) if e in noise]
-        if not paired:
-            return "none (no replicate)", None, None
-        v, n = np.array(paired).T
-        return "wilcoxon vs replicate", float(n.mean()), wilcoxon_p(v - n, spec.alternative)
+        sesoi = sesoi_for(config, metric, spec.sesoi)
+        pairs = data.replicate.get((model, dataset, metric), {})
+        noise = np.array(
+            [
+                like_for_like(metric, pairs[e], data.n_variants.get((dataset, e, family), 2))
+                if e in pairs
+                else np.nan
+                for e in examples
+            ]
+        )
+        seen = np.isfinite(noise)
+        level = float(noise[seen].mean()) if seen.any() else float("nan")
+        if seen.any() and level > sesoi:
+            return Null(
+                f"mean - replicate noise > 0 (noise {level:.3g} > sesoi {sesoi:g})",
+                level,
+                alternative,
+                tested=values[seen] - noise[seen],
+            )
+        shown = "no replicate" if not seen.any() else f"replicate noise {level:.3g}"
+        return Null(f"mean vs sesoi {sesoi:g} ({shown})", sesoi, alternative, reference=sesoi)
     if spec.kind == "tolerance":
         tol = config.tolerance if spec.tolerance is None else spec.tolerance
-        reference = 1.0 - tol if spec.alternative == "less" else tol
-        return f"wilcoxon vs {reference:g}", reference, wilcoxon_p(values - reference, spec.alternative)
+        reference = 1.0 - tol if alternative == "less" else tol
+        return Null(f"mean vs tolerance {reference:g}", reference, alternative, reference=reference)
     if spec.kind == "chance":
         chance = data.items.get((model, dataset, "mirroring", "position_chance", family), {})
-        paired = [(v, chance[e]) for e, v in zip(examples, values, strict=True) if e in chance]
-        if not paired:
-            return "none (no chance level)", None, None
-        v, c = np.array(paired).T
-        return "wilcoxon vs chance", float(c.mean()), wilcoxon_p(v - c, spec.alternative)
-    return "none", None, None
+        levels = np.array([chance.get(e, np.nan) for e in examples])
+        if not np.isfinite(levels).any():
+            return None
+        seen = np.isfinite(levels)
+        level = float(levels[seen].mean())
+        if np.ptp(levels[seen]) == 0:
+            return Null(f"mean vs chance {level:.3g}", level, alternative, reference=level)
+        return Null(
+            f"mean - chance > 0 (chance {level:.3g} on average)",
+            level,
+            alternative,
+            tested=values[seen] - levels[seen],
+        )
+    return None
 
 
 # --- model vs model -----------------------------------------------------------------------------------
@@ -185,6 +249,7 @@ def _comparisons(data: RunData, config: StatsConfig, out: Columns) -> None:
                 low, high = paired_bootstrap_ci(
                     a, b, config, stream=_stream(dataset, metric, model_a, model_b)
                 )
+                binary = bool(np.isin(a, (0.0, 1.0)).all() and np.isin(b, (0.0, 1.0)).all())
                 _append(
                     out,
                     run_id=data.run_id,
@@ -193,13 +258,15 @@ def _comparisons(data: RunData, config: StatsConfig, out: Columns) -> None:
                     metric=metric,
                     model_a=model_a,
                     model_b=model_b,
-                    test="wilcoxon",
+                    test="mcnemar" if binary else "wilcoxon",
                     mean_a=float(a.mean()),
                     mean_b=float(b.mean()),
                     difference=float((a - b).mean()),
                     ci_low=low,
                     ci_high=high,
-                    p_value=wilcoxon_p(a - b, "two-sided"),
+                    p_value=mcnemar_p(a > 0, b > 0)
+                    if binary  # paired 0/1 (accuracy): exact McNemar on the discordant examples
+                    else wilcoxon_p(rounded_differences(a, b), "two-sided"),
                     n_items=len(a),
                 )
             a, b = _paired(data, (model_a, dataset, *flip), (model_b, dataset, *flip))

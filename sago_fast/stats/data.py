@@ -9,11 +9,11 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.special import rel_entr
 
 from sago_fast.axes.catalogue import axes as catalogue_axes
 from sago_fast.axes.catalogue import headline_metrics
 from sago_fast.errors import InputError
+from sago_fast.kernels import pairwise
 from sago_fast.store import Store
 
 # The score of each axis used where one number per axis is needed (rankings, correlations): the first
@@ -28,13 +28,17 @@ Key = tuple[str, str, str, str, str | None]  # (model_id, dataset_id, axis, metr
 @dataclass
 class RunData:
     """One run's per-example values. ``items[key][example_id] = value``; ``replicate[(model, dataset,
-    metric)][example_id]`` = the same metric between the two runs of the canonical prompt (noise floor);
-    ``canonical[(model, dataset)][example_id] = (p_gold, correct)`` of the canonical variant."""
+    metric)][example_id]`` = the replicate pair's figure for the metric (the noise floor: the pair's
+    distance or JS divergence, or the |gap| in P(gold) between the two runs of the canonical prompt);
+    ``canonical[(model, dataset)][example_id] = (p_gold, correct)`` of the canonical variant;
+    ``n_variants[(dataset, example_id, family)]`` = variants an item score of that family is computed over
+    (family None: every meaning-preserving variant; a family: canonical + its variants)."""
 
     run_id: str
     items: dict[Key, dict[str, float]] = field(default_factory=dict)
     replicate: dict[tuple[str, str, str], dict[str, float]] = field(default_factory=dict)
     canonical: dict[tuple[str, str], dict[str, tuple[float, bool]]] = field(default_factory=dict)
+    n_variants: dict[tuple[str, str, str | None], int] = field(default_factory=dict)
     model_names: dict[str, str] = field(default_factory=dict)
     dataset_names: dict[str, str] = field(default_factory=dict)
 
@@ -102,9 +106,28 @@ def load_run(store: Store, run_id: str) -> RunData:
     )
     for model, dataset, example, value in layer:
         data.replicate.setdefault((model, dataset, "dispersion_raw"), {})[example] = float(value)
+    _variant_counts(store, data)
     data.model_names = dict(store.query("SELECT model_id, model FROM model_names")[1])
     data.dataset_names = dict(store.query("SELECT dataset_id, any_value(name) FROM datasets GROUP BY 1")[1])
     return data
+
+
+def _variant_counts(store: Store, data: RunData) -> None:
+    """How many variants each example's item scores are computed over, per family (``n_variants``)."""
+    _, rows = store.query(
+        """
+        SELECT o.dataset_id, o.example_id, v.family, bool_or(v.meaning_preserving), count(DISTINCT o.variant_id)
+        FROM outputs o JOIN variants v ON v.dataset_id = o.dataset_id AND v.variant_id = o.variant_id
+        WHERE o.run_id = $run AND o.replicate = 0 GROUP BY ALL
+        """,
+        {"run": data.run_id},
+    )
+    for dataset, example, family, preserving, count in rows:
+        if preserving:
+            key = (dataset, example, None)
+            data.n_variants[key] = data.n_variants.get(key, 0) + int(count)
+        if family != "canonical":
+            data.n_variants[(dataset, example, family)] = int(count) + 1
 
 
 def _canonical_outputs(store: Store, data: RunData) -> None:
@@ -129,13 +152,11 @@ def _canonical_outputs(store: Store, data: RunData) -> None:
         if 1 not in by_replicate:
             continue
         _, p_gold_1, option_logprobs_1 = by_replicate[1]
-        if p_gold is not None and p_gold_1 is not None:
+        if p_gold is not None and p_gold_1 is not None:  # the gap; nulls.like_for_like scales it
             gap = abs(float(p_gold) - float(p_gold_1))
             data.replicate.setdefault((model, dataset, "p_gold_range"), {})[example] = gap
-            data.replicate.setdefault((model, dataset, "p_gold_sd"), {})[example] = gap / 2
+            data.replicate.setdefault((model, dataset, "p_gold_sd"), {})[example] = gap
         if option_logprobs is not None and option_logprobs_1 is not None:
-            p, q = np.exp(np.asarray(option_logprobs)), np.exp(np.asarray(option_logprobs_1))
-            p, q = p / p.sum(), q / q.sum()
-            m = (p + q) / 2
-            js = float(0.5 * (rel_entr(p, m).sum() + rel_entr(q, m).sum()))  # nats, >= 0
+            pair = np.exp(np.array([option_logprobs, option_logprobs_1], dtype=np.float64))  # (2, K)
+            js = float(pairwise(pair, "js")[0])  # the kernel the confidence axis computes option_js with
             data.replicate.setdefault((model, dataset, "option_js"), {})[example] = js

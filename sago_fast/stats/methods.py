@@ -11,26 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
-from sago_fast.errors import InputError
-
-
-@dataclass(frozen=True)
-class StatsConfig:
-    """n_resamples: bootstrap draws (and permutations); seed: every random stream derives from it;
-    confidence: CI level; alpha: significance level for reversals and tables; tolerance: the stated
-    tolerance discrete instability metrics are tested against (share of pairs / variants)."""
-
-    n_resamples: int = 2000
-    seed: int = 0
-    confidence: float = 0.95
-    alpha: float = 0.05
-    tolerance: float = 0.05
-
-    def __post_init__(self) -> None:
-        if self.n_resamples < 100:
-            raise InputError("n_resamples must be at least 100")
-        if not 0 < self.confidence < 1 or not 0 < self.alpha < 1:
-            raise InputError("confidence and alpha must lie in (0, 1)")
+from sago_fast.stats.config import StatsConfig
 
 
 def _finite(values: np.ndarray) -> np.ndarray:
@@ -68,8 +49,116 @@ def paired_bootstrap_ci(
     return bootstrap_ci(np.asarray(a, float) - np.asarray(b, float), config, stream=stream)
 
 
+@dataclass(frozen=True)
+class MeanInference:
+    """The mean of one value per example, its CI, and a one-sided test of the mean against a reference.
+
+    method: ``exact binomial`` (every value 0 or 1: Clopper–Pearson CI, ``scipy.stats.binomtest``) or
+    ``studentized bootstrap`` (bootstrap-t: CI and p-value from the same resamples of examples, so the
+    test rejects at level a/2 exactly when the (1 - a) CI lies beyond the reference)."""
+
+    estimate: float
+    low: float
+    high: float
+    p_value: float | None
+    method: str
+
+
+def mean_inference(
+    values: np.ndarray,
+    config: StatsConfig,
+    *,
+    reference: float | None = None,
+    alternative: str = "greater",
+    stream: int = 0,
+) -> MeanInference:
+    """Estimate, CI and (with ``reference``) the one-sided p-value of H0: mean <= reference (alternative
+    ``greater``) or mean >= reference (``less``). A test of the mean, the figure that is reported: unlike
+    a signed-rank test (pseudo-median), it respects the reference on discrete and skewed values.
+
+    Fewer than two examples give no p-value; constant values a zero-width CI and p = 1 unless the value
+    lies beyond the reference, then the smallest p the resampling can give."""
+    x = _finite(values)
+    if len(x) == 0:
+        return MeanInference(float("nan"), float("nan"), float("nan"), None, "none")
+    mean = float(x.mean())
+    if np.isin(x, (0.0, 1.0)).all() and len(x) >= 2:
+        return _binomial_inference(x, config, reference, alternative)
+    if len(x) < 2 or np.ptp(x) == 0:
+        p = None
+        if reference is not None and len(x) >= 2:
+            beyond = mean > reference if alternative == "greater" else mean < reference
+            p = 1.0 / (config.n_resamples + 1) if beyond else 1.0
+        return MeanInference(mean, mean, mean, p, "constant")
+    return _studentized_bootstrap(x, config, reference, alternative, stream)
+
+
+def _binomial_inference(
+    x: np.ndarray, config: StatsConfig, reference: float | None, alternative: str
+) -> MeanInference:
+    k, n = int(x.sum()), len(x)
+    result = stats.binomtest(k, n)
+    ci = result.proportion_ci(confidence_level=config.confidence, method="exact")
+    p = None
+    if reference is not None:
+        if reference <= 0.0 or reference >= 1.0:  # a degenerate null: any success (failure) rejects it
+            beyond = k > reference * n if alternative == "greater" else k < reference * n
+            p = 0.0 if beyond else 1.0
+        else:
+            p = float(stats.binomtest(k, n, reference, alternative=alternative).pvalue)
+    return MeanInference(k / n, float(ci.low), float(ci.high), p, "exact binomial")
+
+
+BOOTSTRAP_CHUNK = 256  # resamples drawn at once (memory: chunk x n examples)
+
+
+def _studentized_bootstrap(
+    x: np.ndarray, config: StatsConfig, reference: float | None, alternative: str, stream: int
+) -> MeanInference:
+    """Bootstrap-t: t* = (mean* - mean) / se* over resamples of examples; CI = mean - t*_q se; the
+    p-value is the share of t* at least as extreme as (mean - reference) / se (+1 smoothing).
+
+    Every resample's figures are finite: one made of a single repeated value (sparse 0/k data) is scaled
+    by the sample's se instead of its own zero spread."""
+    n = len(x)
+    rng = np.random.default_rng([config.seed, stream])
+    mean, se = float(x.mean()), float(x.std(ddof=1) / np.sqrt(n))
+    t_star = np.empty(config.n_resamples)
+    for start in range(0, config.n_resamples, BOOTSTRAP_CHUNK):
+        size = min(BOOTSTRAP_CHUNK, config.n_resamples - start)
+        draws = x[rng.integers(0, n, (size, n))]  # (size, n)
+        m = draws.mean(axis=1)
+        s = draws.std(axis=1, ddof=1) / np.sqrt(n)
+        # a resample of one repeated value has no spread of its own: it is scaled by the sample's
+        t_star[start : start + size] = (m - mean) / np.where(s > 0, s, se)
+    a = 1.0 - config.confidence
+    t_low, t_high = np.quantile(t_star, [a / 2, 1 - a / 2], method="inverted_cdf")  # resampled values
+    low, high = mean - t_high * se, mean - t_low * se
+    p = None
+    if reference is not None:
+        t0 = (mean - reference) / se
+        extreme = np.sum(t_star >= t0) if alternative == "greater" else np.sum(t_star <= t0)
+        p = float((1 + extreme) / (config.n_resamples + 1))
+    return MeanInference(mean, float(low), float(high), p, "studentized bootstrap")
+
+
+RELATIVE_ROUNDING = 1e-12  # differences this small relative to the values are ties (zero), not signs
+
+
+def rounded_differences(a: np.ndarray, b: np.ndarray | float = 0.0) -> np.ndarray:
+    """a - b rounded to 1e-12 of the largest magnitude involved, so that float noise neither creates
+    signs from exact ties nor breaks the symmetry of values mirrored around the null before ranking."""
+    a = np.asarray(a, dtype=np.float64)
+    b = np.broadcast_to(np.asarray(b, dtype=np.float64), a.shape)
+    d = a - b
+    scale = max(float(np.max(np.abs(a), initial=0.0)), float(np.max(np.abs(b), initial=0.0)), 1e-300)
+    step = scale * RELATIVE_ROUNDING
+    return np.round(d / step) * step
+
+
 def wilcoxon_p(differences: np.ndarray, alternative: str) -> float:
-    """One-sample Wilcoxon signed-rank p-value of ``differences`` (``scipy.stats.wilcoxon``).
+    """One-sample Wilcoxon signed-rank p-value of ``differences`` (``scipy.stats.wilcoxon``), for paired
+    comparisons of two models' continuous scores. Pass :func:`rounded_differences` so ties are ties.
 
     Zero differences are dropped (Wilcoxon's convention); when nothing is left, there is no evidence
     either way and p = 1."""

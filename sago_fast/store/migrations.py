@@ -285,4 +285,11 @@ MIGRATIONS: tuple[Migration, ...] = (
         SELECT model_id, any_value(regexp_extract(checkpoint, '[^/]+$')) AS model FROM models GROUP BY 1;
         """,
     ),
+    Migration(
+        8,
+        "tests of the mean: model_scores.effect (estimate beyond the null, in the metric's unit)",
+        """
+        ALTER TABLE model_scores ADD COLUMN effect DOUBLE;
+        """,
+    ),
 )

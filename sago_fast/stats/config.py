@@ -1,0 +1,36 @@
+"""The settings of the statistics (no scipy import: the CLI reads its defaults from here)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sago_fast.errors import InputError
+
+
+@dataclass(frozen=True)
+class StatsConfig:
+    """n_resamples: bootstrap draws (and permutations); seed: every random stream derives from it;
+    confidence: CI level; alpha: significance level for reversals and tables; tolerance: the stated
+    tolerance discrete instability metrics are tested against (share of pairs / variants); sesoi:
+    (metric, value) pairs overriding the catalogue's smallest effect of practical interest of replicate
+    nulls (``sago stats --sesoi option_js=0.01``)."""
+
+    n_resamples: int = 2000
+    seed: int = 0
+    confidence: float = 0.95
+    alpha: float = 0.05
+    tolerance: float = 0.05
+    sesoi: tuple[tuple[str, float], ...] = ()
+
+    def __post_init__(self) -> None:
+        if any(value < 0 for _, value in self.sesoi):
+            raise InputError("a smallest effect of practical interest (--sesoi) must be >= 0")
+        if self.n_resamples < 100:
+            raise InputError("n_resamples must be at least 100")
+        if not 0 < self.confidence < 1 or not 0 < self.alpha < 1:
+            raise InputError("confidence and alpha must lie in (0, 1)")
+
+
+def sesoi_for(config: StatsConfig, metric: str, default: float | None) -> float:
+    """The smallest effect of practical interest of ``metric``: the override, else the catalogue's."""
+    return dict(config.sesoi).get(metric, default if default is not None else 0.0)

@@ -1,0 +1,71 @@
+"""Named queries over the results schema that more than one command reads.
+
+The run summary's columns are the metric catalogue's headline metrics (:mod:`sago_fast.axes.catalogue`),
+axis by axis, so the summary, the statistics and the report always show the same metrics.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sago_fast.axes.catalogue import MetricSpec, headline_specs
+from sago_fast.store.store import Store
+
+LAYER_TABLE = "layer_scores"
+
+
+def summary_columns() -> list[MetricSpec]:
+    """The summary's metric columns, after ``model``, ``dataset`` and ``accuracy``."""
+    return headline_specs()
+
+
+def summary_sql() -> tuple[str, dict[str, Any]]:
+    """Per model × dataset: canonical accuracy beside every headline metric (mean over examples; layer-wise
+    metrics at the last layer, mean pooling). Metric names are parameters; column names are catalogue names."""
+    params: dict[str, Any] = {}
+    item_columns, layer_columns, selected = [], [], []
+    for i, spec in enumerate(summary_columns()):
+        params[f"m{i}"] = spec.name
+        family = "family IS NULL"
+        if spec.family is not None:
+            params[f"f{i}"] = spec.family
+            family = f"family = $f{i}"
+        if LAYER_TABLE in spec.tables:
+            layer_columns.append(
+                f"avg(l.value) FILTER (WHERE l.metric = $m{i} AND l.{family}) AS {spec.name}"
+            )
+        else:
+            item_columns.append(f"avg(value) FILTER (WHERE metric = $m{i} AND {family}) AS {spec.name}")
+        selected.append(f"round({spec.name}, {spec.digits}) AS {spec.name}")
+    layer_select = ", ".join(layer_columns) or "NULL AS no_layer_metric"
+    item_select = ", ".join(item_columns) or "NULL AS no_item_metric"
+    sql = f"""
+WITH m AS (
+    SELECT model_id, any_value(n.model) AS model, any_value(n_layers) AS n_layers
+    FROM models JOIN model_names n USING (model_id) GROUP BY model_id
+), acc AS (
+    SELECT o.model_id, o.dataset_id, avg(o.correct::INT) AS accuracy
+    FROM outputs o JOIN variants v ON v.dataset_id = o.dataset_id AND v.variant_id = o.variant_id
+    WHERE o.run_id = $run AND v.is_canonical AND o.replicate = 0
+    GROUP BY ALL
+), items AS (
+    SELECT model_id, dataset_id, {item_select}
+    FROM item_scores WHERE run_id = $run
+    GROUP BY ALL
+), layers AS (
+    SELECT l.model_id, l.dataset_id, {layer_select}
+    FROM layer_scores l JOIN m USING (model_id)
+    WHERE l.run_id = $run AND l.pooling = 'mean' AND l.layer = m.n_layers
+    GROUP BY ALL
+)
+SELECT m.model AS model, acc.dataset_id AS dataset, round(accuracy, 3) AS accuracy, {", ".join(selected)}
+FROM acc JOIN items USING (model_id, dataset_id) LEFT JOIN layers USING (model_id, dataset_id) JOIN m USING (model_id)
+ORDER BY dataset, model
+"""
+    return sql, params
+
+
+def summary_rows(store: Store, run_id: str) -> tuple[list[str], list[tuple[Any, ...]]]:
+    """The run summary ``sago run`` and ``sago demo`` print."""
+    sql, params = summary_sql()
+    return store.query(sql, {**params, "run": run_id})
