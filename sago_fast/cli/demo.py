@@ -39,9 +39,7 @@ def demo_command(
     with Store(db, read_only=True) as store:
         columns, rows = summary_rows(store, result.run_id)
     typer.echo(render_table(columns, rows))
-    typer.echo(
-        f"\nrun {result.run_id} on {result.provider}: {len(result.units)} units (checkpoint × dataset)"
-    )
+    typer.echo(f"\n{result.describe()}")
     typer.echo(f"results: {Path(db).resolve()}")
     report = write_report(db, out / "report.html", result.run_id)
     typer.echo(f'report:  {report.resolve()}  (statistics: sago query --db {result.db_path} "{STATS_SQL}")')

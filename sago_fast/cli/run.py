@@ -152,12 +152,10 @@ def run_command(
     else:
         run_config = RunConfig(**{k: v for k, v in given.items() if v is not None})
     result = run(run_config)
-    counts = f"{len(result.units)} units run, {result.skipped} already done (skipped), 0 failed"
     if result.db_path is None:
-        typer.echo(f"run {result.run_id} shard {run_config.shard}: {counts} -> {result.shard_dir}")
+        typer.echo(f"{result.describe()}; shard {run_config.shard} -> {result.shard_dir}")
         return
     with Store(result.db_path, read_only=True) as store:
         columns, rows = summary_rows(store, result.run_id)
     typer.echo(render_table(columns, rows))
-    provider = result.provider or "(nothing new evaluated)"
-    typer.echo(f"\nrun {result.run_id} on {provider}: {counts} -> {Path(result.db_path).resolve()}")
+    typer.echo(f"\n{result.describe()} -> {Path(result.db_path).resolve()}")

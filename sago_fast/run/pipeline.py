@@ -44,6 +44,14 @@ class RunResult:
     failed: tuple[tuple[str, str], ...] = field(default_factory=tuple)  # (unit description, reason)
     shard_dir: str | None = None
 
+    def describe(self) -> str:
+        """One line: the run, where it ran and what this invocation did."""
+        where = f"on {self.provider}" if self.provider else "(nothing new evaluated)"
+        return (
+            f"run {self.run_id} {where}: {len(self.units)} units run, {self.skipped} already done (skipped), "
+            f"{len(self.failed)} failed"
+        )
+
 
 def run(config: RunConfig, *, command: str = "run", progress: bool = True) -> RunResult:
     """Evaluate every unit (checkpoint × dataset) of ``config`` that is not done yet.

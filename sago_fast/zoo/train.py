@@ -49,6 +49,7 @@ class ZooConfig:
     heads: int = 4
     vocab_size: int = 1024
     seed: int = 0
+    reproducible: bool = True  # train in a child process pinned to one thread and one kernel set (below)
 
     def key(self) -> str:
         return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:16]
@@ -88,8 +89,41 @@ def _encode(tokenizer, pairs: list[tuple[str, str]]) -> list[tuple[list[int], in
     return out
 
 
+# Training is chaotic: float differences of one ulp (another reduction order: more threads, AVX-512
+# instead of AVX2 kernels) grow over 1,200 steps into other checkpoints and other demo numbers. The
+# reproducible training runs in a child process on one thread with the AVX2 code paths of MKL and ATen
+# and deterministic torch algorithms, the same on every x86-64 machine with AVX2.
+REPRODUCIBLE_ENV = {
+    "OMP_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+    "MKL_CBWR": "AVX2",
+    "ATEN_CPU_CAPABILITY": "avx2",
+    "RAYON_RS_NUM_CPUS": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+}
+
+
 def _train(config: ZooConfig, workdir: Path) -> list[Path]:
+    """Train in this process, or (``config.reproducible``) in a pinned child process."""
+    if not config.reproducible:
+        return _train_here(config, workdir)
+    import subprocess
+    import sys
+
+    child = "from sago_fast.zoo.train import _main; _main()"
+    command = [sys.executable, "-c", child, json.dumps(asdict(config)), str(workdir)]
+    done = subprocess.run(command, env={**os.environ, **REPRODUCIBLE_ENV}, check=False)
+    if done.returncode != 0:
+        raise InputError(f"zoo training failed (exit code {done.returncode}; its messages are above)")
+    return [workdir / f"step-{step:05d}" for step in sorted(config.save_steps)]
+
+
+def _train_here(config: ZooConfig, workdir: Path) -> list[Path]:
     import torch
+
+    if config.reproducible:
+        torch.set_num_threads(1)
+        torch.use_deterministic_algorithms(True)
     from transformers import AutoModelForCausalLM
 
     examples = training_examples(config)
@@ -171,3 +205,13 @@ def build_zoo(out_dir: str | os.PathLike[str], config: ZooConfig = ZooConfig()) 
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return ZooResult(root, tuple(root / p.name for p in saved), reused=False)
+
+
+def _main() -> None:
+    """The reproducible training's child process (argv: CONFIG_JSON WORKDIR)."""
+    import sys
+
+    fields = json.loads(sys.argv[1])
+    config = ZooConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()})
+    logging.basicConfig(level=logging.WARNING)
+    _train_here(config, Path(sys.argv[2]))

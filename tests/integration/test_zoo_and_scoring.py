@@ -57,3 +57,40 @@ def test_small_zoo_learns_and_is_cached(tmp_path):
     final = sago_fast.load_model(zoo.checkpoints[-1], cache_dir=tmp_path / "exports")
     trained = template_accuracy(final, examples, template=0)
     assert trained >= 0.7, trained  # chance is 0.5
+
+
+def _zoo_weights_in_a_process(folder, threads: str, kernels: str, reproducible: bool = True) -> bytes:
+    """Train a small zoo in a fresh Python process whose environment asks for ``threads`` and ``kernels``."""
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from sago_fast.zoo import ZooConfig, build_zoo; "
+        "config = ZooConfig(suites=('comparison',), examples_per_suite=24, save_steps=(40,), hidden=32, "
+        f"layers=1, reproducible={reproducible}); build_zoo(sys.argv[1], config)"
+    )
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": threads,
+        "ATEN_CPU_CAPABILITY": kernels,
+        "MKL_NUM_THREADS": threads,
+    }
+    subprocess.run([sys.executable, "-c", code, str(folder)], env=env, check=True, timeout=600)
+    return (folder / "step-00040" / "model.safetensors").read_bytes()
+
+
+def test_zoo_training_does_not_depend_on_the_callers_threads_or_kernels(tmp_path):
+    """The reproducible zoo trains in a pinned child process: whatever thread count and CPU kernel set the
+    caller's environment asks for, the checkpoints are the same bytes (so `make demo` reproduces the
+    README's table on other machines), while unpinned training does depend on them."""
+    pinned = [
+        _zoo_weights_in_a_process(tmp_path / f"pinned-{t}", t, k)
+        for t, k in (("2", "avx512"), ("1", "default"))
+    ]
+    assert pinned[0] == pinned[1]
+    free = [
+        _zoo_weights_in_a_process(tmp_path / f"free-{t}", t, k, reproducible=False)
+        for t, k in (("2", "avx512"), ("1", "default"))
+    ]
+    assert free[0] != free[1]  # the environment matters without the pin: the test can fail
