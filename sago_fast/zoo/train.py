@@ -15,6 +15,7 @@ import shutil
 import tempfile
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -211,7 +212,8 @@ def _main() -> None:
     """The reproducible training's child process (argv: CONFIG_JSON WORKDIR)."""
     import sys
 
-    fields = json.loads(sys.argv[1])
-    config = ZooConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()})
+    fields: dict[str, Any] = json.loads(sys.argv[1])
+    values: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()}
+    config = ZooConfig(**values)
     logging.basicConfig(level=logging.WARNING)
     _train_here(config, Path(sys.argv[2]))
