@@ -196,9 +196,8 @@ def axes() -> tuple[str, ...]:
 def check_written(axis: str, scores: list) -> list:
     """``scores`` (ItemScore rows of one scorer of ``axis``), after checking that each metric is in the
     catalogue under that axis: a metric missing from the catalogue fails loudly, never silently untested."""
-    for name in {s.metric for s in scores}:
-        spec = CATALOGUE.get(name) if name in CATALOGUE else None
-        if spec is None or spec.axis != axis or any(s.axis != axis for s in scores):
+    for name, written_axis in {(s.metric, s.axis) for s in scores}:
+        if name not in CATALOGUE or CATALOGUE.get(name).axis != axis or written_axis != axis:
             raise ValueError(
                 f"metric {name!r} of axis {axis!r} is not in the metric catalogue under that axis "
                 "(add a MetricSpec to sago_fast/axes/catalogue.py)"

@@ -35,6 +35,7 @@ from sago_fast.stats.methods import (
     StatsConfig,
     bh_adjust,
     correlation_permutation_p,
+    is_binary,
     kendall_tau_b_rows,
     kendall_w,
     mcnemar_p,
@@ -201,9 +202,9 @@ def _null(
     if spec.kind == "chance":
         chance = data.items.get((model, dataset, "mirroring", "position_chance", family), {})
         levels = np.array([chance.get(e, np.nan) for e in examples])
-        if not np.isfinite(levels).any():
-            return None
         seen = np.isfinite(levels)
+        if not seen.any():
+            return None
         level = float(levels[seen].mean())
         if np.ptp(levels[seen]) == 0:
             return Null(f"mean vs chance {level:.3g}", level, alternative, reference=level)
@@ -249,7 +250,7 @@ def _comparisons(data: RunData, config: StatsConfig, out: Columns) -> None:
                 low, high = paired_bootstrap_ci(
                     a, b, config, stream=_stream(dataset, metric, model_a, model_b)
                 )
-                binary = bool(np.isin(a, (0.0, 1.0)).all() and np.isin(b, (0.0, 1.0)).all())
+                binary = is_binary(a, b)
                 _append(
                     out,
                     run_id=data.run_id,

@@ -14,6 +14,11 @@ from scipy import stats
 from sago_fast.stats.config import StatsConfig
 
 
+def is_binary(*arrays: np.ndarray) -> bool:
+    """Whether every value of every array is 0 or 1 (correctness, one-variant flips)."""
+    return all(bool(np.isin(a, (0.0, 1.0)).all()) for a in arrays)
+
+
 def _finite(values: np.ndarray) -> np.ndarray:
     values = np.asarray(values, dtype=np.float64)
     return values[np.isfinite(values)]
@@ -82,7 +87,7 @@ def mean_inference(
     if len(x) == 0:
         return MeanInference(float("nan"), float("nan"), float("nan"), None, "none")
     mean = float(x.mean())
-    if np.isin(x, (0.0, 1.0)).all() and len(x) >= 2:
+    if is_binary(x) and len(x) >= 2:
         return _binomial_inference(x, config, reference, alternative)
     if len(x) < 2 or np.ptp(x) == 0:
         p = None

@@ -8,15 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from sago_fast.axes.catalogue import MetricSpec, headline_specs
+from sago_fast.axes.catalogue import headline_specs
 from sago_fast.store.store import Store
 
 LAYER_TABLE = "layer_scores"
-
-
-def summary_columns() -> list[MetricSpec]:
-    """The summary's metric columns, after ``model``, ``dataset`` and ``accuracy``."""
-    return headline_specs()
 
 
 def summary_sql() -> tuple[str, dict[str, Any]]:
@@ -24,7 +19,7 @@ def summary_sql() -> tuple[str, dict[str, Any]]:
     metrics at the last layer, mean pooling). Metric names are parameters; column names are catalogue names."""
     params: dict[str, Any] = {}
     item_columns, layer_columns, selected = [], [], []
-    for i, spec in enumerate(summary_columns()):
+    for i, spec in enumerate(headline_specs()):  # the columns after model, dataset and accuracy
         params[f"m{i}"] = spec.name
         family = "family IS NULL"
         if spec.family is not None:
