@@ -241,7 +241,7 @@ def _write_reweighted_graph(exported: ExportedModel, out: Path) -> None:
 
     model = onnx.load(str(exported.model_path))
     names = exported.manifest["reweight"]["names"]
-    arrays = load_arrays(Path(exported.manifest["checkpoint"]), names, exported.manifest["dtype"])
+    arrays = load_arrays(Path(exported.manifest["checkpoint"]), names, exported.manifest["dtype"]).arrays
     for init in model.graph.initializer:
         if init.name in arrays:
             init.CopyFrom(numpy_helper.from_array(arrays[init.name], init.name))

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import mmap
 from collections.abc import Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -90,71 +91,76 @@ def sibling_fits(checkpoint: Checkpoint, reweight: dict[str, Any]) -> bool:
 SAFETENSORS_DTYPES = {"F32": np.float32, "F16": np.float16}
 
 
-def load_arrays(folder: Path, names: Sequence[str], dtype: str) -> dict[str, np.ndarray]:
-    """The named tensors of ``folder``'s safetensors files as numpy arrays of the export dtype.
+@dataclass
+class MappedWeights:
+    """A checkpoint's tensors as numpy arrays, those already in the export dtype read in place from one
+    read-only memory mapping per safetensors file (clean pages shared with every process reading the
+    file: no copy in process memory); others (bf16, or another float width) read and converted."""
 
-    Tensors already stored in that dtype are memory-mapped from the file (clean, shared pages: no copy in
-    process memory); others (bf16, or another float width) are read and converted."""
+    arrays: dict[str, np.ndarray]
+    mappings: list[mmap.mmap] = field(default_factory=list)
+
+    def release_pages(self) -> None:
+        """Unmap the resident pages from this process (``MADV_DONTNEED``). The mappings stay valid:
+        a page read again is faulted back in from the file. Called once ONNX Runtime has copied the
+        weight matrices into its packed layouts, which leaves the mapped originals almost unread."""
+        advice = getattr(mmap, "MADV_DONTNEED", None)
+        if advice is None:  # not on this platform: the pages stay, shared and evictable
+            return
+        for mapping in self.mappings:
+            mapping.madvise(advice)
+
+
+def load_arrays(folder: Path, names: Sequence[str], dtype: str) -> MappedWeights:
+    """The named tensors of ``folder``'s safetensors files as numpy arrays of the export dtype."""
     import torch
     from safetensors import safe_open
 
     wanted = set(names)
     target = np.float16 if dtype == "fp16" else np.float32
-    arrays: dict[str, np.ndarray] = {}
+    weights = MappedWeights({})
     for file in safetensors_files(folder):
-        header_size = int.from_bytes(_head(file), "little")
-        header = json.loads(_read(file, 8, header_size))
+        with file.open("rb") as handle:
+            header_size = int.from_bytes(handle.read(8), "little")
+            header = json.loads(handle.read(header_size))
+            mapping = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+        weights.mappings.append(mapping)
         convert = []
         for name, info in header.items():
             if name not in wanted:
                 continue
-            stored = SAFETENSORS_DTYPES.get(info["dtype"])
-            if stored is target:
-                start, _ = info["data_offsets"]
-                arrays[name] = np.memmap(
-                    file, dtype=target, mode="r", offset=8 + header_size + start, shape=tuple(info["shape"])
+            if SAFETENSORS_DTYPES.get(info["dtype"]) is target:
+                start, stop = info["data_offsets"]
+                flat = np.frombuffer(
+                    mapping, dtype=target, count=(stop - start) // target().itemsize, offset=8 + header_size + start
                 )
+                weights.arrays[name] = flat.reshape(info["shape"])
             else:
                 convert.append(name)
         if convert:
             torch_target = torch.float16 if dtype == "fp16" else torch.float32
             with safe_open(str(file), framework="pt") as handle:
                 for name in convert:
-                    arrays[name] = np.ascontiguousarray(handle.get_tensor(name).to(torch_target).numpy())
-    missing = sorted(wanted - set(arrays))
+                    weights.arrays[name] = np.ascontiguousarray(handle.get_tensor(name).to(torch_target).numpy())
+    missing = sorted(wanted - set(weights.arrays))
     if missing:
         raise ExportError(f"{folder}: no tensor {missing[0]!r} to re-weight the shared graph with")
-    return arrays
-
-
-def _head(file: Path) -> bytes:
-    with file.open("rb") as handle:
-        return handle.read(8)
-
-
-def _read(file: Path, offset: int, size: int) -> bytes:
-    with file.open("rb") as handle:
-        handle.seek(offset)
-        return handle.read(size)
+    return weights
 
 
 def load_initializers(
     folder: Path, names: Sequence[str], dtype: str
-) -> tuple[list[str], list[Any], list[Any]]:
+) -> tuple[list[str], list[Any], MappedWeights]:
     """The named tensors as ORT values for ``SessionOptions.add_external_initializers``.
 
-    Returns (names, OrtValues, arrays): ORT reads the arrays' memory in place, so they (and the values)
+    Returns (names, OrtValues, weights): ORT reads the arrays' memory in place, so they (and the values)
     must outlive the session they are given to.
     """
     import onnxruntime as ort
 
-    arrays = load_arrays(folder, names, dtype)
+    weights = load_arrays(folder, names, dtype)
     ordered = list(names)
-    return (
-        ordered,
-        [ort.OrtValue.ortvalue_from_numpy(arrays[name]) for name in ordered],
-        list(arrays.values()),
-    )
+    return ordered, [ort.OrtValue.ortvalue_from_numpy(weights.arrays[name]) for name in ordered], weights
 
 
 def make_parameters_distinct(model: Any) -> dict[str, Any]:

@@ -329,13 +329,14 @@ def load_model(
     if exported.reweighted:
         from sago_fast.exporters.reweight import load_initializers
 
-        names, values, arrays = load_initializers(
+        names, values, mapped = load_initializers(
             ckpt.path, exported.manifest["reweight"]["names"], exported.manifest["dtype"]
         )
-        initializers, weights = (names, values), (values, arrays)
-    session, provider = open_session(
-        exported.model_path, resolved, session_options or SessionOptions(), initializers
-    )
+        initializers, weights = (names, values), (values, mapped)
+    options = session_options or SessionOptions()
+    session, provider = open_session(exported.model_path, resolved, options, initializers)
+    if initializers is not None and (options.prepack or resolved == "cuda"):
+        mapped.release_pages()  # packed (or on the device) now: the mapped originals are barely read
     if batch_policy is None and resolved == "cuda":
         batch_policy = _policy_for_free_memory(exported.manifest)
     tokenizer = AutoTokenizer.from_pretrained(exported.path)
@@ -347,7 +348,7 @@ def load_model(
         device=resolved,
         provider=provider,
         batch_policy=batch_policy or BatchPolicy(),
-        session_options=session_options or SessionOptions(),
+        session_options=options,
         weights=weights,
     )
 

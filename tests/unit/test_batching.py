@@ -25,6 +25,43 @@ def test_batches_group_similar_lengths():
     assert [sorted(b.tolist()) for b in batches] == [[1, 3, 5], [0, 2, 4]]
 
 
+def _plan_cost(lengths, batches, overhead):
+    return sum(len(b) * max(int(lengths[b].max()), 1) + overhead for b in batches)
+
+
+def _cheapest_contiguous_plan(sorted_lengths, policy):
+    """Brute force over every way to cut the sorted prompts into runs (2 ** (n - 1) plans)."""
+    n = len(sorted_lengths)
+    best = None
+    for mask in range(2 ** (n - 1)):
+        bounds = [0, *[i + 1 for i in range(n - 1) if mask >> i & 1], n]
+        runs = [sorted_lengths[a:b] for a, b in zip(bounds, bounds[1:])]
+        if any(
+            len(r) > policy.max_batch or (len(r) > 1 and len(r) * max(r) > policy.token_budget) for r in runs
+        ):
+            continue
+        cost = sum(len(r) * max(r) + policy.call_overhead for r in runs)
+        best = cost if best is None else min(best, cost)
+    return best
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("overhead", [0, 5, 40])
+def test_plan_pads_least(seed, overhead):
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(1, 40, size=11)
+    policy = BatchPolicy(token_budget=90, max_batch=5, call_overhead=overhead)
+    batches = plan_batches(lengths, policy)
+    assert sorted(np.concatenate(batches).tolist()) == list(range(11))
+    assert _plan_cost(lengths, batches, overhead) == _cheapest_contiguous_plan(sorted(lengths, reverse=True), policy)
+
+
+def test_one_long_prompt_does_not_pad_the_short_ones():
+    lengths = np.array([200] + [60] * 40)
+    batches = plan_batches(lengths, BatchPolicy(token_budget=8192, max_batch=64, call_overhead=256))
+    assert [len(b) for b in batches] == [1, 40]  # greedy cutting at the budget padded all 41 to 200
+
+
 def test_left_pad():
     ids, mask = left_pad([[5, 6, 7], [8]], pad_id=0)
     np.testing.assert_array_equal(ids, [[5, 6, 7], [0, 0, 8]])
@@ -35,6 +72,8 @@ def test_left_pad():
 def test_bad_policy():
     with pytest.raises(InputError):
         BatchPolicy(token_budget=0)
+    with pytest.raises(InputError):
+        BatchPolicy(call_overhead=-1)
 
 
 def test_device_names():
