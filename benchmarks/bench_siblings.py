@@ -3,7 +3,7 @@
 Compares, on checkpoints of one shape with different weights:
   single export   : export + load of the first checkpoint (through torch and Optimum)
   siblings        : export + load of all N checkpoints into one cache (the first exported, the others
-                    re-weighted: the shared graph with each checkpoint's safetensors as external initializers)
+                    re-weighted: the shared graph pointing at each checkpoint's own safetensors file)
 and reports the ratio siblings / single (target <= 2x), the cache bytes per checkpoint against the weight
 bytes at the export dtype, and the memory a process adds by loading one checkpoint and probing (private
 pages, and file pages of memory-mapped weights), for the exported checkpoint and for a re-weighted one.
@@ -45,8 +45,17 @@ print(json.dumps({"reweighted": model.exported.reweighted, **{k: after[k] - befo
 """
 
 
-def folder_bytes(path: Path) -> int:
-    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+def folder_bytes(path: Path, outside: set[tuple[int, int]] = frozenset()) -> int:
+    """Bytes the files under ``path`` take, each inode once, not counting hard links to ``outside``
+    files (the checkpoints' own safetensors, which a re-weighted entry links instead of copying)."""
+    seen = set(outside)
+    total = 0
+    for f in path.rglob("*"):
+        st = f.stat()
+        if f.is_file() and (st.st_dev, st.st_ino) not in seen:
+            seen.add((st.st_dev, st.st_ino))
+            total += st.st_size
+    return total
 
 
 def main() -> None:
@@ -81,7 +90,10 @@ def main() -> None:
     siblings = time.perf_counter() - t0
 
     entries = [p for p in cache.iterdir() if p.is_dir() and (p / "manifest.json").is_file()]
-    cache_bytes = folder_bytes(cache)
+    checkpoint_files = {
+        (f.stat().st_dev, f.stat().st_ino) for step in steps for f in step.glob("*.safetensors")
+    }
+    cache_bytes = folder_bytes(cache, checkpoint_files)
     memory = [
         json.loads(
             subprocess.run(
@@ -102,7 +114,8 @@ def main() -> None:
     print(
         f"cache: {cache_bytes / 2**20:.0f} MiB for {len(entries)} checkpoints = {cache_bytes / len(entries) / 2**20:.0f} MiB "
         f"per checkpoint; {cache_bytes / weight_bytes:.2f}x one checkpoint's weights in all "
-        f"(single-entry cache {folder_bytes(single_cache) / weight_bytes:.2f}x its weights)"
+        f"(single-entry cache {folder_bytes(single_cache) / weight_bytes:.2f}x its weights; "
+        "the re-weighted entries hard-link their checkpoint's safetensors file, not counted)"
     )
     for m in memory:
         kind = "re-weighted sibling" if m["reweighted"] else "exported checkpoint"

@@ -4,9 +4,10 @@ Entries are written under a temporary name and renamed into place, under a file 
 exporting the same checkpoint do the work once and nobody ever sees a half-written entry.
 
 A checkpoint whose architecture and config match an exported one (its *graph signature*, see
-:mod:`sago_fast.exporters.reweight`) is not exported again: its entry holds its manifest, config and
-tokenizer and names the entry whose graph it shares (``graph_entry``); its own weights are read from its
-safetensors files when it is loaded. ``graphs/<signature>`` names the entry that holds each graph.
+:mod:`sago_fast.exporters.reweight`) is not exported again: its entry holds the shared graph's structure
+pointing at its own safetensors files (hard-linked into the entry), its config and tokenizer, and names
+the entry it took the graph from (``graph_from``). ``graphs/<signature>`` names the entry that holds each
+exported graph.
 """
 
 from __future__ import annotations
@@ -28,12 +29,11 @@ from sago_fast.errors import ExportError
 from sago_fast.exporters.export import (
     FORMAT_VERSION,
     MANIFEST_FILE,
-    MODEL_FILE,
     copy_model_files,
     eos_token_ids,
     export_checkpoint,
 )
-from sago_fast.exporters.reweight import graph_signature, sibling_fits
+from sago_fast.exporters.reweight import graph_signature, sibling_fits, write_sibling_graph
 from sago_fast.paths import cache_root
 from sago_fast.runinfo import versions_of
 from sago_fast.types import ExportSettings
@@ -72,39 +72,38 @@ class ExportedModel:
 
     @property
     def model_path(self) -> Path:
-        """The graph (``model.onnx``): the entry's own, or the one of the entry it shares a graph with."""
-        return _graph_path(self.path, self.manifest)
+        """The entry's graph (``model.onnx``)."""
+        return self.path / self.manifest["files"]["model"]
 
     @property
     def reweighted(self) -> bool:
-        """The graph is shared: load it with this checkpoint's weights (``manifest["reweight"]``)."""
-        return self.manifest.get("graph_entry") is not None
-
-
-def _graph_path(path: Path, manifest: dict[str, Any]) -> Path:
-    entry = manifest.get("graph_entry")
-    folder = path if entry is None else path.parent / entry
-    return folder / manifest["files"]["model"]
+        """The graph was not exported for this checkpoint but taken from a sibling's (``graph_from``)."""
+        return self.manifest.get("graph_from") is not None
 
 
 def _read_entry(path: Path) -> dict[str, Any] | None:
     """The manifest of a complete, undamaged entry; None otherwise (a damaged one is logged)."""
     manifest = _read_manifest(path)
-    if manifest is None:
+    if manifest is None or not (path / manifest["files"]["model"]).is_file():
         return None
-    graph = _graph_path(path, manifest)
-    if not graph.is_file():
-        return None
-    owner = _read_manifest(graph.parent) if graph.parent != path else manifest
-    for name, size in (owner or {}).get("file_bytes", {}).items():
-        actual = (graph.parent / name).stat().st_size if (graph.parent / name).is_file() else -1
+    for name, size in manifest.get("file_bytes", {}).items():
+        actual = (path / name).stat().st_size if (path / name).is_file() else -1
         if actual != size:
             log.warning(
                 "export cache entry %s: %s has %d bytes, its manifest says %d (damaged); exporting again",
-                graph.parent,
+                path,
                 name,
                 actual,
                 size,
+            )
+            return None
+    for name, mtime in manifest.get("linked", {}).items():  # the checkpoint's own file, changed in place?
+        if (path / name).stat().st_mtime_ns != mtime:
+            log.warning(
+                "export cache entry %s: %s (a link to the checkpoint's file) changed after it was cached; "
+                "re-weighting again",
+                path,
+                name,
             )
             return None
     return manifest
@@ -151,7 +150,7 @@ class ExportCache:
             tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{key}-", dir=self.root))
             try:
                 if base is not None and sibling_fits(checkpoint, base[1]["reweight"]):
-                    manifest = _sibling_entry(checkpoint, tmp, base, key)
+                    manifest = _sibling_entry(checkpoint, tmp, base, key, self.root)
                     log.info(
                         "%s shares the graph of %s (re-weighted, not exported)", checkpoint.path, base[0]
                     )
@@ -162,7 +161,7 @@ class ExportCache:
                 os.replace(tmp, final)
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)
-            if manifest.get("graph_entry") is None and manifest.get("reweight"):
+            if manifest.get("graph_from") is None and manifest.get("reweight"):
                 self._record_graph(signature, key)
         log.info("cached %s -> %s", checkpoint.path, final)
         return ExportedModel(final, manifest, reused=False)
@@ -174,7 +173,7 @@ class ExportCache:
             return None
         key = index.read_text(encoding="utf-8").strip()
         manifest = _read_entry(self.entry_path(key))
-        if manifest is None or manifest.get("graph_entry") is not None or not manifest.get("reweight"):
+        if manifest is None or manifest.get("graph_from") is not None or not manifest.get("reweight"):
             return None
         return key, manifest
 
@@ -187,10 +186,19 @@ class ExportCache:
 
 
 def _sibling_entry(
-    checkpoint: Checkpoint, out_dir: Path, base: tuple[str, dict[str, Any]], key: str
+    checkpoint: Checkpoint, out_dir: Path, base: tuple[str, dict[str, Any]], key: str, root: Path
 ) -> dict[str, Any]:
-    """The entry of a checkpoint that shares ``base``'s graph: manifest, config and tokenizer files."""
+    """The entry of a checkpoint that shares ``base``'s graph: the graph pointing at the checkpoint's own
+    safetensors files (see :func:`~sago_fast.exporters.reweight.write_sibling_graph`), manifest, config
+    and tokenizer files."""
     base_key, base_manifest = base
+    written = write_sibling_graph(
+        root / base_key / base_manifest["files"]["model"],
+        checkpoint.path,
+        base_manifest["reweight"]["names"],
+        base_manifest["dtype"],
+        out_dir,
+    )
     copy_model_files(checkpoint.path, out_dir)
     manifest = {
         **base_manifest,
@@ -198,7 +206,8 @@ def _sibling_entry(
         "checkpoint": str(checkpoint.path),
         "content_hash": checkpoint.content_hash,
         "eos_token_ids": eos_token_ids(checkpoint.path),
-        "graph_entry": base_key,
+        "graph_from": base_key,
+        **written,
     }
     (out_dir / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2), encoding="utf-8")
     return manifest
@@ -210,13 +219,7 @@ def copy_export(exported: ExportedModel, out_dir: Path) -> Path:
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
     try:
-        if exported.reweighted:  # a standalone graph: the shared one with this checkpoint's weights
-            _write_reweighted_graph(exported, tmp / MODEL_FILE)
-            manifest = {k: v for k, v in exported.manifest.items() if k != "graph_entry"}
-            (tmp / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2), encoding="utf-8")
-        for item in exported.path.iterdir():
-            if (tmp / item.name).exists():
-                continue
+        for item in exported.path.iterdir():  # a re-weighted entry is self-contained too
             target = tmp / item.name
             try:
                 os.link(item, target)
@@ -230,19 +233,3 @@ def copy_export(exported: ExportedModel, out_dir: Path) -> Path:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return out_dir
-
-
-def _write_reweighted_graph(exported: ExportedModel, out: Path) -> None:
-    """The shared graph with the checkpoint's own tensors in place of its initializers of the same names."""
-    import onnx
-    from onnx import numpy_helper
-
-    from sago_fast.exporters.reweight import load_arrays, save_graph
-
-    model = onnx.load(str(exported.model_path))
-    names = exported.manifest["reweight"]["names"]
-    arrays = load_arrays(Path(exported.manifest["checkpoint"]), names, exported.manifest["dtype"]).arrays
-    for init in model.graph.initializer:
-        if init.name in arrays:
-            init.CopyFrom(numpy_helper.from_array(arrays[init.name], init.name))
-    save_graph(model, out)

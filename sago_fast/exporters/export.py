@@ -12,13 +12,17 @@ from typing import Any
 
 from sago_fast.checkpoints.resolve import CONFIG_FILE, TOKENIZER_FILES, Checkpoint
 from sago_fast.errors import ExportError
-from sago_fast.exporters.reweight import finalize_graph, make_parameters_distinct, reweightable_initializers
+from sago_fast.exporters.reweight import (
+    MODEL_FILE,
+    finalize_graph,
+    make_parameters_distinct,
+    reweightable_initializers,
+)
 from sago_fast.exporters.unified import OUTPUT_NAMES, unified_config
 from sago_fast.types import ExportSettings
 
 log = logging.getLogger(__name__)
 
-MODEL_FILE = "model.onnx"
 MANIFEST_FILE = "manifest.json"
 FORMAT_VERSION = 4  # bump when the graph's inputs/outputs or semantics change
 

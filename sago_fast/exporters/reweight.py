@@ -2,10 +2,10 @@
 
 The graph is exported without constant folding, so its weight initializers carry the checkpoint's own
 parameter names (``model.layers.0.self_attn.q_proj.weight``, ...). A sibling checkpoint (``step-*`` of
-one training run) is then not exported again: its cache entry holds only its manifest, tokenizer and
-config, and when it is loaded its tensors are read straight from its safetensors files and handed to ONNX
-Runtime as external initializers (``SessionOptions.add_external_initializers``), which override the
-graph's initializers of the same names.
+one training run) is then not exported again: its cache entry gets a copy of the graph's structure
+(``model.onnx``, ~1 MB) whose initializers are ONNX external-data references into the checkpoint's own
+safetensors files, hard-linked into the entry (:func:`write_sibling_graph`). ONNX Runtime opens it as
+any exported graph and memory-maps the weights in place; nothing goes through torch.
 
 Two checkpoints share a graph when their *graph signature* matches: config.json without the fields that
 do not change the computation (``_name_or_path``, ``transformers_version``, ``torch_dtype``, ``dtype``),
@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-import mmap
+import os
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,8 @@ from sago_fast.checkpoints.resolve import CONFIG_FILE, Checkpoint
 from sago_fast.errors import ExportError
 from sago_fast.types import ExportSettings
 
+MODEL_FILE = "model.onnx"
+WEIGHTS_SUFFIX = "_data"  # model.onnx -> model.onnx_data
 VOLATILE_CONFIG_KEYS = ("_name_or_path", "transformers_version", "torch_dtype", "dtype")
 
 
@@ -89,78 +91,106 @@ def sibling_fits(checkpoint: Checkpoint, reweight: dict[str, Any]) -> bool:
 
 
 SAFETENSORS_DTYPES = {"F32": np.float32, "F16": np.float16}
+LINKED_PREFIX = "weights."  # a sibling entry's hard link (or copy) of a checkpoint's safetensors file
+CONVERTED_FILE = "model.onnx_data"  # a sibling's tensors converted to the export dtype
+ALIGNMENT = 64
 
 
-@dataclass
-class MappedWeights:
-    """A checkpoint's tensors as numpy arrays, those already in the export dtype read in place from one
-    read-only memory mapping per safetensors file (clean pages shared with every process reading the
-    file: no copy in process memory); others (bf16, or another float width) read and converted."""
-
-    arrays: dict[str, np.ndarray]
-    mappings: list[mmap.mmap] = field(default_factory=list)
-
-    def release_pages(self) -> None:
-        """Unmap the resident pages from this process (``MADV_DONTNEED``). The mappings stay valid:
-        a page read again is faulted back in from the file. Called once ONNX Runtime has copied the
-        weight matrices into its packed layouts, which leaves the mapped originals almost unread."""
-        advice = getattr(mmap, "MADV_DONTNEED", None)
-        if advice is None:  # not on this platform: the pages stay, shared and evictable
-            return
-        for mapping in self.mappings:
-            mapping.madvise(advice)
+def _safetensors_header(file: Path) -> tuple[int, dict[str, Any]]:
+    """(offset of the data section, header) of a safetensors file."""
+    with file.open("rb") as handle:
+        size = int.from_bytes(handle.read(8), "little")
+        header = json.loads(handle.read(size))
+    header.pop("__metadata__", None)
+    return 8 + size, header
 
 
-def load_arrays(folder: Path, names: Sequence[str], dtype: str) -> MappedWeights:
-    """The named tensors of ``folder``'s safetensors files as numpy arrays of the export dtype."""
+def _link_or_copy(source: Path, target: Path) -> bool:
+    """Hard-link ``source`` as ``target`` (no bytes written); copy it where a link cannot be made (another
+    file system). Returns whether it was linked."""
+    import shutil
+
+    try:
+        os.link(source, target)
+        return True
+    except OSError:
+        shutil.copyfile(source, target)
+        return False
+
+
+def _point_at(tensor: Any, location: str, offset: int, length: int) -> None:
+    """Make an ONNX initializer an external reference to ``length`` bytes at ``offset`` of ``location``."""
+    from onnx import TensorProto
+
+    tensor.ClearField("raw_data")
+    tensor.data_location = TensorProto.EXTERNAL
+    del tensor.external_data[:]
+    for key, value in (("location", location), ("offset", str(offset)), ("length", str(length))):
+        entry = tensor.external_data.add()
+        entry.key, entry.value = key, value
+
+
+def write_sibling_graph(
+    base_graph: Path, checkpoint: Path, names: Sequence[str], dtype: str, out_dir: Path
+) -> dict[str, Any]:
+    """Write ``out_dir/model.onnx``: the shared graph (``base_graph``) with ``checkpoint``'s weights.
+
+    Each parameter named in ``names`` becomes an ONNX external-data reference (location, offset, length)
+    into the checkpoint's own safetensors file, hard-linked into ``out_dir`` as ``weights.<file name>`` (a
+    copy where no link can be made); a tensor stored in another dtype than the export's is converted into
+    ``model.onnx_data``. The graph's other initializers (a few constants) are stored inline. ONNX Runtime
+    then memory-maps the weights exactly as it does an exported graph's: no copy in process memory
+    beyond its packed layouts. Returns {"file_bytes": {name: bytes}, "linked": {name: mtime_ns}} for the
+    manifest (a linked file changed in place later is detected by its modification time).
+    """
+    import onnx
     import torch
+    from onnx import numpy_helper
     from safetensors import safe_open
 
-    wanted = set(names)
+    graph = onnx.load(str(base_graph), load_external_data=False)
     target = np.float16 if dtype == "fp16" else np.float32
-    weights = MappedWeights({})
-    for file in safetensors_files(folder):
-        with file.open("rb") as handle:
-            header_size = int.from_bytes(handle.read(8), "little")
-            header = json.loads(handle.read(header_size))
-            mapping = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
-        weights.mappings.append(mapping)
-        convert = []
-        for name, info in header.items():
-            if name not in wanted:
-                continue
-            if SAFETENSORS_DTYPES.get(info["dtype"]) is target:
-                start, stop = info["data_offsets"]
-                flat = np.frombuffer(
-                    mapping, dtype=target, count=(stop - start) // target().itemsize, offset=8 + header_size + start
-                )
-                weights.arrays[name] = flat.reshape(info["shape"])
-            else:
-                convert.append(name)
-        if convert:
+    wanted = set(names)
+    placed: set[str] = set()
+    initializers = {init.name: init for init in graph.graph.initializer}
+    linked: dict[str, int] = {}
+    converted: list[tuple[Any, np.ndarray]] = []
+    for file in safetensors_files(checkpoint):
+        data_start, header = _safetensors_header(file)
+        local = LINKED_PREFIX + file.name
+        in_place = [n for n in header if n in wanted and SAFETENSORS_DTYPES.get(header[n]["dtype"]) is target]
+        if in_place:
+            if _link_or_copy(file, out_dir / local):
+                linked[local] = (out_dir / local).stat().st_mtime_ns
+            for name in in_place:
+                start, stop = header[name]["data_offsets"]
+                _point_at(initializers[name], local, data_start + start, stop - start)
+                placed.add(name)
+        others = [n for n in header if n in wanted and n not in placed]
+        if others:
             torch_target = torch.float16 if dtype == "fp16" else torch.float32
             with safe_open(str(file), framework="pt") as handle:
-                for name in convert:
-                    weights.arrays[name] = np.ascontiguousarray(handle.get_tensor(name).to(torch_target).numpy())
-    missing = sorted(wanted - set(weights.arrays))
+                for name in others:
+                    array = np.ascontiguousarray(handle.get_tensor(name).to(torch_target).numpy())
+                    converted.append((initializers[name], array))
+                    placed.add(name)
+    missing = sorted(wanted - placed)
     if missing:
-        raise ExportError(f"{folder}: no tensor {missing[0]!r} to re-weight the shared graph with")
-    return weights
-
-
-def load_initializers(
-    folder: Path, names: Sequence[str], dtype: str
-) -> tuple[list[str], list[Any], MappedWeights]:
-    """The named tensors as ORT values for ``SessionOptions.add_external_initializers``.
-
-    Returns (names, OrtValues, weights): ORT reads the arrays' memory in place, so they (and the values)
-    must outlive the session they are given to.
-    """
-    import onnxruntime as ort
-
-    weights = load_arrays(folder, names, dtype)
-    ordered = list(names)
-    return ordered, [ort.OrtValue.ortvalue_from_numpy(weights.arrays[name]) for name in ordered], weights
+        raise ExportError(f"{checkpoint}: no tensor {missing[0]!r} to re-weight the shared graph with")
+    if converted:
+        with (out_dir / CONVERTED_FILE).open("wb") as handle:
+            for tensor, array in converted:
+                offset = -handle.tell() % ALIGNMENT
+                handle.write(b"\0" * offset)
+                _point_at(tensor, CONVERTED_FILE, handle.tell(), array.nbytes)
+                handle.write(array.tobytes())
+    for name, tensor in initializers.items():  # the graph's constants, read from the base entry's file
+        if name not in wanted:
+            value = numpy_helper.to_array(tensor, base_dir=str(base_graph.parent))
+            tensor.CopyFrom(numpy_helper.from_array(value, name))
+    onnx.save(graph, str(out_dir / MODEL_FILE))
+    files = [MODEL_FILE, *linked, *([CONVERTED_FILE] if converted else [])]
+    return {"file_bytes": {f: (out_dir / f).stat().st_size for f in files}, "linked": linked}
 
 
 def make_parameters_distinct(model: Any) -> dict[str, Any]:
@@ -187,9 +217,6 @@ def make_parameters_distinct(model: Any) -> dict[str, Any]:
             else:
                 seen.add(key)
     return originals
-
-
-WEIGHTS_SUFFIX = "_data"  # model.onnx -> model.onnx_data
 
 
 def finalize_graph(model: Any, graph_path: Path, originals: dict[str, Any]) -> None:

@@ -56,7 +56,6 @@ class SagoModel:
     batch_policy: BatchPolicy = field(default_factory=BatchPolicy)
     session_options: SessionOptions = field(default_factory=SessionOptions)
     progress: PassProgress = field(default_factory=NoProgress)  # hears of every batch of every pass
-    weights: Any = None  # a re-weighted graph's tensors: ORT reads them in place, so they live as long
 
     @property
     def has_kv_cache(self) -> bool:
@@ -290,7 +289,6 @@ class SagoModel:
     def close(self) -> None:
         """Drop the ORT session so its memory is returned before the next model loads."""
         self.session = None
-        self.weights = None
 
     def __enter__(self) -> SagoModel:
         return self
@@ -324,19 +322,8 @@ def load_model(
         else resolve_checkpoint(checkpoint, allow_pickle=allow_pickle)
     )
     exported = ExportCache(cache_dir).get_or_export(ckpt, settings)
-    weights: Any = None  # a re-weighted graph's tensors, kept alive as long as the session
-    initializers = None
-    if exported.reweighted:
-        from sago_fast.exporters.reweight import load_initializers
-
-        names, values, mapped = load_initializers(
-            ckpt.path, exported.manifest["reweight"]["names"], exported.manifest["dtype"]
-        )
-        initializers, weights = (names, values), (values, mapped)
     options = session_options or SessionOptions()
-    session, provider = open_session(exported.model_path, resolved, options, initializers)
-    if initializers is not None and (options.prepack or resolved == "cuda"):
-        mapped.release_pages()  # packed (or on the device) now: the mapped originals are barely read
+    session, provider = open_session(exported.model_path, resolved, options)
     if batch_policy is None and resolved == "cuda":
         batch_policy = _policy_for_free_memory(exported.manifest)
     tokenizer = AutoTokenizer.from_pretrained(exported.path)
@@ -349,7 +336,6 @@ def load_model(
         provider=provider,
         batch_policy=batch_policy or BatchPolicy(),
         session_options=options,
-        weights=weights,
     )
 
 

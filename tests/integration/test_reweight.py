@@ -40,7 +40,18 @@ def test_reweighted_graph_equals_a_fresh_export(arch, tmp_path, tokenizer):
         assert not model.exported.reweighted and model.exported.manifest["reweight"]
     with sago_fast.load_model(second, cache_dir=shared) as reweighted:
         assert reweighted.exported.reweighted
-        assert not list(reweighted.exported.path.glob("*.onnx"))  # no graph and no weights of its own
+        entry = reweighted.exported.path
+        assert not (entry / "model.onnx_data").exists()  # no weights written: the checkpoint's own file
+        linked = entry / "weights.model.safetensors"
+        assert linked.stat().st_ino == (second / "model.safetensors").stat().st_ino
+        import onnx
+
+        graph = onnx.load(str(entry / "model.onnx"), load_external_data=False).graph
+        locations = {
+            i.name: {e.key: e.value for e in i.external_data}.get("location") for i in graph.initializer
+        }
+        for name in reweighted.exported.manifest["reweight"]["names"]:
+            assert locations[name] == linked.name  # every parameter read from the checkpoint's file
         got = outputs(reweighted)
         generated = reweighted.generate_ids(PROMPTS, GenerationSettings(max_new_tokens=4, stop=()))
         standalone = copy_export(reweighted.exported, tmp_path / "standalone")
@@ -55,6 +66,53 @@ def test_reweighted_graph_equals_a_fresh_export(arch, tmp_path, tokenizer):
     session = ort.InferenceSession(str(standalone / "model.onnx"), providers=["CPUExecutionProvider"])
     with sago_fast.load_model(second, cache_dir=tmp_path / "fresh-cache") as fresh:
         fresh.session = session
+        assert_same(got, outputs(fresh))
+
+
+def test_a_checkpoint_file_changed_in_place_is_re_weighted_again(tmp_path, tokenizer):
+    """The sibling entry hard-links the checkpoint's file: rewritten in place (same inode), the entry is
+    stale and is made again, so the cached numbers never silently follow the new bytes."""
+    from sago_fast.exporters.cache import _read_entry
+
+    first = build_tiny_checkpoint("llama", tmp_path / "step-1", SIZE, seed=1, tokenizer=tokenizer)
+    second = build_tiny_checkpoint("llama", tmp_path / "step-2", SIZE, seed=2, tokenizer=tokenizer)
+    third = build_tiny_checkpoint("llama", tmp_path / "step-3", SIZE, seed=3, tokenizer=tokenizer)
+    cache = tmp_path / "cache"
+    sago_fast.load_model(first, cache_dir=cache).close()
+    with sago_fast.load_model(second, cache_dir=cache) as model:
+        entry, before = model.exported.path, outputs(model)
+    file = second / "model.safetensors"
+    original, inode = file.read_bytes(), file.stat().st_ino
+
+    def write_in_place(data: bytes) -> None:  # the same inode, other bytes (as `open(path, "wb")` does)
+        with file.open("r+b") as handle:
+            handle.truncate(0)
+            handle.write(data)
+        assert file.stat().st_ino == inode
+
+    write_in_place((third / "model.safetensors").read_bytes())
+    assert _read_entry(entry) is None
+    write_in_place(original)  # the content the entry's key stands for, written again
+    with sago_fast.load_model(second, cache_dir=cache) as model:
+        assert model.exported.path == entry and model.exported.reused is False
+        assert_same(outputs(model), before)
+
+
+def test_bf16_sibling_is_converted_to_the_export_dtype(tmp_path, tokenizer):
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    first = build_tiny_checkpoint("qwen2", tmp_path / "step-1", SIZE, seed=1, tokenizer=tokenizer)
+    second = build_tiny_checkpoint("qwen2", tmp_path / "step-2", SIZE, seed=2, tokenizer=tokenizer)
+    file = second / "model.safetensors"
+    save_file({k: v.to(torch.bfloat16) for k, v in load_file(file).items()}, str(file), metadata={"format": "pt"})
+    sago_fast.load_model(first, cache_dir=tmp_path / "shared").close()
+    with sago_fast.load_model(second, cache_dir=tmp_path / "shared") as reweighted:
+        assert reweighted.exported.reweighted
+        assert (reweighted.exported.path / "model.onnx_data").is_file()  # bf16 -> fp32, written once
+        got = outputs(reweighted)
+    with sago_fast.load_model(second, cache_dir=tmp_path / "fresh") as fresh:
+        assert not fresh.exported.reweighted
         assert_same(got, outputs(fresh))
 
 
