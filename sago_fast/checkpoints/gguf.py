@@ -24,7 +24,7 @@ from typing import Any
 from filelock import FileLock
 
 from sago_fast.errors import CheckpointError
-from sago_fast.hashing import file_sha256
+from sago_fast.hashing import file_sha256, remembered
 from sago_fast.paths import cache_root
 
 log = logging.getLogger(__name__)
@@ -204,7 +204,7 @@ def convert_gguf(path: str | os.PathLike[str], cache_dir: str | os.PathLike[str]
     source = Path(path).expanduser().resolve()
     if not source.is_file():
         raise CheckpointError(f"{path}: no such GGUF file")
-    sha = file_sha256(source)
+    sha = remembered("gguf", [source], lambda: file_sha256(source), cache_root())
     root = Path(cache_dir) if cache_dir is not None else default_gguf_dir()
     target = root / f"{sha[:24]}-v{_FORMAT}"
     if (target / SOURCE_FILE).is_file():

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sago_fast.errors import CheckpointError
-from sago_fast.hashing import update_with_file
+from sago_fast.hashing import remembered, update_with_file
+from sago_fast.paths import cache_root
 
 log = logging.getLogger(__name__)
 
@@ -144,6 +145,11 @@ def resolve_checkpoint(
     if not (path / "tokenizer.json").is_file() and not (path / "tokenizer_config.json").is_file():
         raise CheckpointError(f"{path}: no tokenizer files (tokenizer.json / tokenizer_config.json)")
     hashed = [CONFIG_FILE, *weights, *(n for n in TOKENIZER_FILES if (path / n).is_file())]
-    digest = content_hash(path, hashed)
+    digest = remembered(
+        "checkpoint",
+        [path / name for name in sorted(hashed)],
+        lambda: content_hash(path, hashed),
+        cache_root(),
+    )
     log.debug("checkpoint %s: %s, hash %s", path, model_type, digest[:16])
     return Checkpoint(path=path.resolve(), model_type=model_type, weight_files=weights, content_hash=digest)

@@ -105,7 +105,9 @@ def test_bf16_sibling_is_converted_to_the_export_dtype(tmp_path, tokenizer):
     first = build_tiny_checkpoint("qwen2", tmp_path / "step-1", SIZE, seed=1, tokenizer=tokenizer)
     second = build_tiny_checkpoint("qwen2", tmp_path / "step-2", SIZE, seed=2, tokenizer=tokenizer)
     file = second / "model.safetensors"
-    save_file({k: v.to(torch.bfloat16) for k, v in load_file(file).items()}, str(file), metadata={"format": "pt"})
+    save_file(
+        {k: v.to(torch.bfloat16) for k, v in load_file(file).items()}, str(file), metadata={"format": "pt"}
+    )
     sago_fast.load_model(first, cache_dir=tmp_path / "shared").close()
     with sago_fast.load_model(second, cache_dir=tmp_path / "shared") as reweighted:
         assert reweighted.exported.reweighted

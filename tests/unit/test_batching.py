@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -35,7 +37,7 @@ def _cheapest_contiguous_plan(sorted_lengths, policy):
     best = None
     for mask in range(2 ** (n - 1)):
         bounds = [0, *[i + 1 for i in range(n - 1) if mask >> i & 1], n]
-        runs = [sorted_lengths[a:b] for a, b in zip(bounds, bounds[1:])]
+        runs = [sorted_lengths[a:b] for a, b in itertools.pairwise(bounds)]
         if any(
             len(r) > policy.max_batch or (len(r) > 1 and len(r) * max(r) > policy.token_budget) for r in runs
         ):
@@ -53,7 +55,9 @@ def test_plan_pads_least(seed, overhead):
     policy = BatchPolicy(token_budget=90, max_batch=5, call_overhead=overhead)
     batches = plan_batches(lengths, policy)
     assert sorted(np.concatenate(batches).tolist()) == list(range(11))
-    assert _plan_cost(lengths, batches, overhead) == _cheapest_contiguous_plan(sorted(lengths, reverse=True), policy)
+    assert _plan_cost(lengths, batches, overhead) == _cheapest_contiguous_plan(
+        sorted(lengths, reverse=True), policy
+    )
 
 
 def test_one_long_prompt_does_not_pad_the_short_ones():
