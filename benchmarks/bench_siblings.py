@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -45,10 +46,10 @@ print(json.dumps({"reweighted": model.exported.reweighted, **{k: after[k] - befo
 """
 
 
-def folder_bytes(path: Path, outside: set[tuple[int, int]] = frozenset()) -> int:
+def folder_bytes(path: Path, outside: set[tuple[int, int]] | None = None) -> int:
     """Bytes the files under ``path`` take, each inode once, not counting hard links to ``outside``
     files (the checkpoints' own safetensors, which a re-weighted entry links instead of copying)."""
-    seen = set(outside)
+    seen = set(outside or ())
     total = 0
     for f in path.rglob("*"):
         st = f.stat()
@@ -79,11 +80,13 @@ def main() -> None:
     )
 
     single_cache = args.workdir / f"cache-single-{time.time_ns()}"
+    os.environ["SAGO_CACHE_DIR"] = str(single_cache)  # no content hash remembered from an earlier run
     t0 = time.perf_counter()
     sago_fast.load_model(steps[0], cache_dir=single_cache).close()
     single = time.perf_counter() - t0
 
     cache = args.workdir / f"cache-siblings-{time.time_ns()}"
+    os.environ["SAGO_CACHE_DIR"] = str(cache)  # every checkpoint hashed afresh
     t0 = time.perf_counter()
     for step in steps:
         sago_fast.load_model(step, cache_dir=cache).close()
