@@ -98,6 +98,29 @@ def test_a_checkpoint_file_changed_in_place_is_re_weighted_again(tmp_path, token
         assert_same(outputs(model), before)
 
 
+def test_without_hard_links_the_checkpoint_file_is_copied(tmp_path, tokenizer, monkeypatch):
+    """Another file system (os.link fails): the sibling's safetensors file is copied into its entry."""
+    import os
+
+    first = build_tiny_checkpoint("qwen2", tmp_path / "step-1", SIZE, seed=1, tokenizer=tokenizer)
+    second = build_tiny_checkpoint("qwen2", tmp_path / "step-2", SIZE, seed=2, tokenizer=tokenizer)
+    sago_fast.load_model(first, cache_dir=tmp_path / "shared").close()
+
+    def cross_device(source, target):
+        raise OSError(18, "Invalid cross-device link")
+
+    monkeypatch.setattr(os, "link", cross_device)
+    with sago_fast.load_model(second, cache_dir=tmp_path / "shared") as reweighted:
+        copied = reweighted.exported.path / "weights.model.safetensors"
+        assert reweighted.exported.reweighted and copied.stat().st_nlink == 1
+        assert copied.read_bytes() == (second / "model.safetensors").read_bytes()
+        assert "weights.model.safetensors" not in reweighted.exported.manifest["linked"]
+        got = outputs(reweighted)
+    monkeypatch.undo()
+    with sago_fast.load_model(second, cache_dir=tmp_path / "fresh") as fresh:
+        assert_same(got, outputs(fresh))
+
+
 def test_bf16_sibling_is_converted_to_the_export_dtype(tmp_path, tokenizer):
     import torch
     from safetensors.torch import load_file, save_file
