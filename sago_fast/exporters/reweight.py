@@ -221,7 +221,8 @@ def make_parameters_distinct(model: Any) -> dict[str, Any]:
 
 def finalize_graph(model: Any, graph_path: Path, originals: dict[str, Any]) -> None:
     """Put the original values of nudged parameters back (model and graph), and store every initializer
-    in one external data file beside the graph (ONNX Runtime only overrides external initializers)."""
+    in one external data file beside the graph (a sibling's graph points the same initializers at its own
+    safetensors file instead, see :func:`write_sibling_graph`)."""
     import onnx
     import torch
     from onnx import numpy_helper
