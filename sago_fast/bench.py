@@ -126,13 +126,14 @@ def _current_rss_mib() -> float:
 
 
 def export_facts(model: Any, load_seconds: float, session_rss_mib: float) -> dict[str, Any]:
-    """Export/load time, cache bytes against the weight bytes at the export dtype, resident memory."""
+    """Export/load time, cache bytes against the weight bytes at the export dtype, resident memory.
+
+    A re-weighted entry's hard link to its checkpoint's safetensors file is counted apart
+    (``linked_bytes``): it writes no bytes to the disk."""
     entry = model.exported.path
-    files = [f for f in entry.iterdir() if f.is_file()]
+    linked = set(model.exported.manifest.get("linked", {}))
+    files = [f for f in entry.iterdir() if f.is_file() and f.name not in linked]
     graph = model.exported.model_path
-    shared = (
-        [] if graph.parent == entry else [f for f in graph.parent.iterdir() if f.name.startswith(graph.name)]
-    )
     bytes_per_value = 2 if model.exported.manifest["dtype"] == "fp16" else 4
     import onnx
 
@@ -146,7 +147,7 @@ def export_facts(model: Any, load_seconds: float, session_rss_mib: float) -> dic
         "reused": model.exported.reused,
         "reweighted": model.exported.reweighted,
         "cache_bytes": cache_bytes,
-        "shared_graph_bytes": sum(f.stat().st_size for f in shared),
+        "linked_bytes": sum((entry / name).stat().st_size for name in linked),
         "weight_bytes": weight_bytes,
         "cache_to_weights": cache_bytes / weight_bytes,
         "session_rss_mib": session_rss_mib,
