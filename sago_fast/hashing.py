@@ -7,6 +7,7 @@ import hashlib
 import json
 import logging
 import os
+import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -54,7 +55,7 @@ def remembered(kind: str, files: Sequence[Path], compute: Callable[[], str], mem
     value = compute()
     try:
         memo.parent.mkdir(parents=True, exist_ok=True)
-        tmp = memo.with_name(f".{key}.{os.getpid()}")
+        tmp = memo.with_name(f".{key}.{os.getpid()}.{threading.get_ident()}")
         tmp.write_text(value, encoding="utf-8")
         os.replace(tmp, memo)
     except OSError as exc:  # a read-only cache costs a re-hash next time, nothing else
