@@ -310,7 +310,10 @@ def main() -> None:
     assert same, "the pipelines disagree on canonical answers"
     seconds = {name: statistics.median(r[0] for r in runs) for name, runs in results.items()}
     for name, t in seconds.items():
-        line = f"{name:<12}: {n / t:7.1f} variants/s ({t:.1f} s for {n} variants, median of {args.rounds})"
+        rounds = ", ".join(f"{r[0]:.1f}" for r in results[name])
+        line = (
+            f"{name:<12}: {n / t:7.1f} variants/s ({t:.1f} s for {n} variants, median of rounds {rounds} s)"
+        )
         if name in tokens:
             processed, prompt = tokens[name]
             line += f"; tokens through the model per variant {processed / n:.0f} = {processed / prompt:.2f}x the prompt"
