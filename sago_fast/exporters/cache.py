@@ -33,7 +33,7 @@ from sago_fast.exporters.export import (
     eos_token_ids,
     export_checkpoint,
 )
-from sago_fast.exporters.reweight import graph_signature, sibling_fits, write_sibling_graph
+from sago_fast.exporters.reweight import graph_signature, link_or_copy, sibling_fits, write_sibling_graph
 from sago_fast.paths import cache_root
 from sago_fast.runinfo import versions_of
 from sago_fast.types import ExportSettings
@@ -220,11 +220,7 @@ def copy_export(exported: ExportedModel, out_dir: Path) -> Path:
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
     try:
         for item in exported.path.iterdir():  # a re-weighted entry is self-contained too
-            target = tmp / item.name
-            try:
-                os.link(item, target)
-            except OSError:
-                shutil.copy2(item, target)
+            link_or_copy(item, tmp / item.name)
         if out_dir.exists():
             if not (out_dir / MANIFEST_FILE).is_file() and any(out_dir.iterdir()):
                 raise ExportError(f"{out_dir}: exists and is not a sago export; refusing to overwrite")

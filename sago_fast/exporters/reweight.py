@@ -55,16 +55,22 @@ def safetensors_files(folder: Path) -> list[Path]:
     return sorted(folder.glob("*.safetensors"))
 
 
+def _safetensors_header(file: Path) -> tuple[int, dict[str, Any]]:
+    """(offset of the data section, header) of a safetensors file."""
+    with file.open("rb") as handle:
+        size = int.from_bytes(handle.read(8), "little")
+        header = json.loads(handle.read(size))
+    header.pop("__metadata__", None)
+    return 8 + size, header
+
+
 def tensor_shapes(folder: Path) -> dict[str, list[int]]:
     """Name -> shape of every tensor in ``folder``'s safetensors files (headers only)."""
-    from safetensors import safe_open
-
-    shapes: dict[str, list[int]] = {}
-    for file in safetensors_files(folder):
-        with safe_open(str(file), framework="pt") as handle:
-            for name in handle.keys():
-                shapes[name] = list(handle.get_slice(name).get_shape())
-    return shapes
+    return {
+        name: list(info["shape"])
+        for file in safetensors_files(folder)
+        for name, info in _safetensors_header(file)[1].items()
+    }
 
 
 def reweightable_initializers(model: Any, graph_path: Path, checkpoint: Checkpoint) -> dict[str, Any] | None:
@@ -96,25 +102,16 @@ CONVERTED_FILE = "model.onnx_data"  # a sibling's tensors converted to the expor
 ALIGNMENT = 64
 
 
-def _safetensors_header(file: Path) -> tuple[int, dict[str, Any]]:
-    """(offset of the data section, header) of a safetensors file."""
-    with file.open("rb") as handle:
-        size = int.from_bytes(handle.read(8), "little")
-        header = json.loads(handle.read(size))
-    header.pop("__metadata__", None)
-    return 8 + size, header
-
-
-def _link_or_copy(source: Path, target: Path) -> bool:
-    """Hard-link ``source`` as ``target`` (no bytes written); copy it where a link cannot be made (another
-    file system). Returns whether it was linked."""
+def link_or_copy(source: Path, target: Path) -> bool:
+    """Hard-link ``source`` as ``target`` (no bytes written); copy it, times included, where a link
+    cannot be made (another file system). Returns whether it was linked."""
     import shutil
 
     try:
         os.link(source, target)
         return True
     except OSError:
-        shutil.copyfile(source, target)
+        shutil.copy2(source, target)
         return False
 
 
@@ -144,9 +141,7 @@ def write_sibling_graph(
     manifest (a linked file changed in place later is detected by its modification time).
     """
     import onnx
-    import torch
     from onnx import numpy_helper
-    from safetensors import safe_open
 
     graph = onnx.load(str(base_graph), load_external_data=False)
     target = np.float16 if dtype == "fp16" else np.float32
@@ -160,14 +155,17 @@ def write_sibling_graph(
         local = LINKED_PREFIX + file.name
         in_place = [n for n in header if n in wanted and SAFETENSORS_DTYPES.get(header[n]["dtype"]) is target]
         if in_place:
-            if _link_or_copy(file, out_dir / local):
+            if link_or_copy(file, out_dir / local):
                 linked[local] = (out_dir / local).stat().st_mtime_ns
             for name in in_place:
                 start, stop = header[name]["data_offsets"]
                 _point_at(initializers[name], local, data_start + start, stop - start)
                 placed.add(name)
         others = [n for n in header if n in wanted and n not in placed]
-        if others:
+        if others:  # stored in another dtype: converted through torch
+            import torch
+            from safetensors import safe_open
+
             torch_target = torch.float16 if dtype == "fp16" else torch.float32
             with safe_open(str(file), framework="pt") as handle:
                 for name in others:
