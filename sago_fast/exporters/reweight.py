@@ -56,10 +56,20 @@ def safetensors_files(folder: Path) -> list[Path]:
 
 
 def _safetensors_header(file: Path) -> tuple[int, dict[str, Any]]:
-    """(offset of the data section, header) of a safetensors file."""
+    """(offset of the data section, header) of a safetensors file; ExportError naming the file when it is
+    not one (truncated, or another format under that name)."""
+    total = file.stat().st_size
     with file.open("rb") as handle:
         size = int.from_bytes(handle.read(8), "little")
-        header = json.loads(handle.read(size))
+        raw = handle.read(size) if 8 + size <= total else b""
+    try:
+        header = json.loads(raw)
+        if not isinstance(header, dict):
+            raise ValueError("not a JSON object")
+    except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise ExportError(
+            f"{file}: not a readable safetensors file (header of {size} bytes in a {total}-byte file: {exc})"
+        ) from None
     header.pop("__metadata__", None)
     return 8 + size, header
 
