@@ -33,7 +33,7 @@ class SessionOptions:
     prepack: True (default): every weight matrix is copied into MLAS's packed layout when the session
         opens. False: ONNX Runtime multiplies by the weights where they lie, memory-mapped from the cache
         file (or a sibling's safetensors) and shared with every process using them; the session opens
-        ~1 s sooner for a 135M model, but small-batch passes (option blocks, decode steps) run up to
+        ~0.7 s sooner for a 135M model, but small-batch passes (option blocks, decode steps) run up to
         ~30% slower on CPU, so it pays only for loading many checkpoints that each run little.
     memory_reuse: whether ORT's allocation planner assigns intermediate tensors to the buffers of tensors
         no longer needed, at load time. "auto" (default): off on CPU, on on CUDA; "on"; "off". For the
