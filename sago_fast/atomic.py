@@ -9,6 +9,18 @@ from contextlib import contextmanager
 from pathlib import Path
 
 
+def _process_umask() -> int:
+    """The process's umask. Reading it means setting it, so this runs once, at import: setting and
+    restoring it on every write would race when files are written from several threads (content-hash
+    memos are), and could leave the process with a umask of 0."""
+    umask = os.umask(0o022)
+    os.umask(umask)
+    return umask
+
+
+_UMASK = _process_umask()
+
+
 @contextmanager
 def atomic_path(target: str | os.PathLike[str]) -> Iterator[Path]:
     """Yield a temporary path beside ``target``; on success it replaces ``target``, on error it is removed."""
@@ -17,9 +29,7 @@ def atomic_path(target: str | os.PathLike[str]) -> Iterator[Path]:
     fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     os.close(fd)
     tmp = Path(name)
-    umask = os.umask(0)
-    os.umask(umask)
-    tmp.chmod(0o666 & ~umask)  # mkstemp creates 0600; the result should get the usual permissions
+    tmp.chmod(0o666 & ~_UMASK)  # mkstemp creates 0600; the result should get the usual permissions
     try:
         yield tmp
         os.replace(tmp, target)

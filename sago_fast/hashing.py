@@ -6,11 +6,11 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
-import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
+
+from sago_fast.atomic import atomic_path
 
 log = logging.getLogger(__name__)
 
@@ -58,10 +58,8 @@ def remembered(kind: str, files: Sequence[Path], compute: Callable[[], str], mem
         pass
     value = compute()
     try:
-        memo.parent.mkdir(parents=True, exist_ok=True)
-        tmp = memo.with_name(f".{key}.{os.getpid()}.{threading.get_ident()}")
-        tmp.write_text(value, encoding="utf-8")
-        os.replace(tmp, memo)
+        with atomic_path(memo) as tmp:
+            tmp.write_text(value, encoding="utf-8")
     except OSError as exc:  # a read-only cache costs a re-hash next time, nothing else
         log.debug("could not remember the hash of %s (%s)", files[0] if files else "?", exc)
     return value

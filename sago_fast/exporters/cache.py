@@ -24,6 +24,7 @@ from typing import Any
 
 from filelock import FileLock
 
+from sago_fast.atomic import atomic_path
 from sago_fast.checkpoints.resolve import Checkpoint
 from sago_fast.errors import ExportError
 from sago_fast.exporters.export import (
@@ -178,11 +179,8 @@ class ExportCache:
         return key, manifest
 
     def _record_graph(self, signature: str, key: str) -> None:
-        folder = self.root / GRAPHS_DIR
-        folder.mkdir(exist_ok=True)
-        tmp = folder / f".{signature}.{os.getpid()}"
-        tmp.write_text(key, encoding="utf-8")
-        os.replace(tmp, folder / signature)
+        with atomic_path(self.root / GRAPHS_DIR / signature) as tmp:
+            tmp.write_text(key, encoding="utf-8")
 
 
 def _sibling_entry(
