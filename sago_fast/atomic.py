@@ -35,3 +35,30 @@ def atomic_path(target: str | os.PathLike[str]) -> Iterator[Path]:
         os.replace(tmp, target)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def check_writable(target: str | os.PathLike[str], *, what: str, directory: bool = False) -> None:
+    """Fail now, in one line naming ``what`` (the user's flag), when ``target`` could not be written:
+    checked before any work starts, so a long job never ends in an unwritable path and a lost result.
+
+    The nearest existing folder on the way to ``target`` (``target`` itself for an existing folder) must
+    be a folder in which a file can be created; a probe file is made and removed there, which also
+    catches read-only file systems that permission bits do not show. Nothing else is created."""
+    from sago_fast.errors import InputError
+
+    target = Path(target)
+    if target.exists() and not directory and target.is_dir():
+        raise InputError(f"{what} {target}: is a folder, not a file")
+    if target.exists() and directory and not target.is_dir():
+        raise InputError(f"{what} {target}: is a file, not a folder")
+    folder = target if directory and target.is_dir() else target.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        raise InputError(f"{what} {target}: {folder} is not a folder")
+    try:
+        fd, name = tempfile.mkstemp(prefix=".sago-write-check.", dir=folder)
+    except OSError as exc:
+        raise InputError(f"{what} {target}: cannot write in {folder} ({exc.strerror or exc})") from None
+    os.close(fd)
+    os.unlink(name)

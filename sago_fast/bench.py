@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from sago_fast.errors import InputError
 from sago_fast.runinfo import package_versions
 
 log = logging.getLogger(__name__)
@@ -271,7 +272,12 @@ def run_bench(
 
             ours = [list(g.token_ids) for g in sago_generate()]
             theirs = hf_generate(hf)[:, seq_len:].cpu().tolist()
-            agree = float(np.mean([a == b for a, b in zip(ours, theirs, strict=True)]))
+            agree = greedy_agreement(ours, theirs, sago.exported.manifest.get("eos_token_ids", []))
+            if agree < 1.0 and dtype != torch.float16:  # fp16 may flip near-ties; fp32 must not
+                raise RuntimeError(
+                    f"greedy generations disagree with HF on {1 - agree:.0%} of the prompts (batch {batch}); "
+                    "not timing"
+                )
             for _ in range(config.repeats):
                 m.seconds.setdefault("sago", []).append(_timed(sago_generate, torch_device))
                 m.seconds.setdefault("hf_eager", []).append(_timed(lambda: hf_generate(hf), torch_device))
@@ -325,19 +331,49 @@ def format_table(result: dict[str, Any]) -> list[str]:
         f"the weights, session {result['export']['session_rss_mib']:.0f} MiB resident; "
         f"{result['scoring']['ratio_to_prompt']:.2f}x the prompt's tokens per 4-option variant "
         f"(whole sequences: {result['scoring']['whole_sequences_ratio_to_prompt']:.2f}x)",
-        f"{'job':<10} {'batch':>5} {'seq':>5} {'sago tok/s':>12} {'hf tok/s':>12} {'sago/hf':>8}",
+        f"{'job':<10} {'batch':>5} {'seq':>5} {'sago tok/s':>12} {'hf tok/s':>12} {'sago/hf':>8} {'agree':>6}",
     ]
     for r in result["results"]:
         sago_tps = r["engines"]["sago"]["tokens_per_s"]
         hf_tps = r["engines"]["hf_eager"]["tokens_per_s"]
+        agree = r.get("greedy_agreement")
         lines.append(
             f"{r['job']:<10} {r['batch_size']:>5} {r['seq_len']:>5} {sago_tps:>12.0f} {hf_tps:>12.0f} "
-            f"{r['ratios']['sago_vs_hf_eager']:>7.2f}x"
+            f"{r['ratios']['sago_vs_hf_eager']:>7.2f}x {'' if agree is None else f'{agree:.2f}':>6}"
         )
     return lines
 
 
-def parse_ints(values: Sequence[str] | None, default: tuple[int, ...]) -> tuple[int, ...]:
+def greedy_agreement(ours: list[list[int]], theirs: list[list[int]], eos_ids: Sequence[int]) -> float:
+    """Share of prompts whose greedy tokens equal HF's, like for like: sago decodes on through an
+    end-of-sequence token (``stop_at_eos=False``) while HF, held to the same length by ``min_new_tokens``,
+    may not emit one, so rows are compared up to the first end-of-sequence token either engine emitted."""
+    eos = set(eos_ids)
+    same = []
+    for a, b in zip(ours, theirs, strict=True):
+        end = next((i for i, t in enumerate(a) if t in eos), len(a))
+        end = min(end, next((i for i, t in enumerate(b) if t in eos), len(b)))
+        same.append(a[:end] == b[:end])
+    return float(np.mean(same)) if same else float("nan")
+
+
+def parse_ints(values: Sequence[str] | None, default: tuple[int, ...], flag: str) -> tuple[int, ...]:
+    """Positive integers from repeated and/or comma-separated option values (``--batch-sizes 1,8``)."""
     if not values:
         return default
-    return tuple(int(v) for part in values for v in str(part).split(",") if v)
+    out = []
+    for part in values:
+        for text in str(part).split(","):
+            text = text.strip()
+            if not text:
+                continue
+            try:
+                value = int(text)
+            except ValueError:
+                raise InputError(f"{flag}: {text!r} is not a whole number (expected e.g. {flag} 1,8)") from None
+            if value < 1:
+                raise InputError(f"{flag}: sizes must be at least 1, not {value}")
+            out.append(value)
+    if not out:
+        raise InputError(f"{flag}: no sizes given")
+    return tuple(out)

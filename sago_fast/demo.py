@@ -1,6 +1,8 @@
 """The embedded default job behind ``sago demo`` / ``make demo``.
 
-1. Train (or reuse) the zoo: tiny Llama-style models on the built-in suites, checkpoints along training.
+1. The zoo: tiny Llama-style models trained on the built-in suites, checkpoints along training. The
+   package ships the default zoo (the same bytes on every machine); another configuration is trained once
+   into the shared zoo cache (:mod:`sago_fast.zoo.store`).
 2. ``sago run`` over every zoo checkpoint × the built-in ``capitals``, ``comparison`` (option scoring) and
    ``letters`` (greedy generation) suites: variants, ONNX Runtime, the four axes, DuckDB.
 """
@@ -30,6 +32,15 @@ class DemoConfig:
 
 
 def run_demo(config: DemoConfig = DemoConfig(), *, progress: bool = True) -> RunResult:
+    """The device and the output folder are checked before anything is copied, trained or exported."""
+    from sago_fast.atomic import check_writable
+    from sago_fast.errors import InputError
+    from sago_fast.runtime.session import check_device
+
+    if config.n_examples < 1:
+        raise InputError(f"--limit must be at least 1, not {config.n_examples}")
+    check_device(config.device)
+    check_writable(config.out_dir, what="--out", directory=True)
     zoo = build_zoo(config.out_dir / "zoo", config.zoo)
     run_config = RunConfig(
         models=tuple(str(p) for p in zoo.checkpoints),

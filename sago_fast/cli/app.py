@@ -55,16 +55,40 @@ def main() -> None:
     try:
         app()
     except Interrupted as exc:
-        print(f"sago: interrupted: {exc}", file=sys.stderr)
-        sys.exit(130)
+        _exit_interrupted(f"sago: interrupted: {exc}")
     except SagoError as exc:
         if debug:
             raise
         print(f"sago: error: {exc}", file=sys.stderr)
         sys.exit(2)
     except KeyboardInterrupt:
-        print("sago: interrupted", file=sys.stderr)
-        sys.exit(130)
+        _exit_interrupted("sago: interrupted before any result was written")
+
+
+def _exit_interrupted(message: str) -> None:
+    """Print ``message`` and end the process with exit code 130, for certain.
+
+    ``sys.exit(130)`` is not enough: CPython marks a KeyboardInterrupt that escaped any ``exec()`` of
+    source text (dataclasses, namedtuple and Numba build code that way while modules import) as
+    unhandled, even when it was caught further up, and under ``python -m`` the interpreter then kills
+    itself with SIGINT at exit (return code -2). So the exit handlers run here, and the process ends
+    with ``os._exit``; a second Ctrl-C while they run is ignored.
+    """
+    import atexit
+    import os
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    print(message, file=sys.stderr)
+    try:
+        atexit._run_exitfuncs()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:  # a closed pipe: nothing more can be said
+                pass
+        os._exit(130)
 
 
 if __name__ == "__main__":

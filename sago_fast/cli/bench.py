@@ -33,20 +33,26 @@ def bench_command(
     ] = False,
     cache_dir: CacheDirOpt = None,
 ) -> None:
+    from sago_fast.atomic import check_writable
     from sago_fast.bench import BenchConfig, format_table, parse_ints, run_bench, write_json
     from sago_fast.errors import InputError
+    from sago_fast.runtime.session import check_device
 
-    if repeats < 1 or gen_tokens < 1:
-        raise InputError("--repeats and --gen-tokens must be at least 1")
+    if repeats < 1:
+        raise InputError(f"--repeats must be at least 1, not {repeats}")
+    if gen_tokens < 1:
+        raise InputError(f"--gen-tokens must be at least 1, not {gen_tokens}")
     config = BenchConfig(
-        batch_sizes=parse_ints(batch_sizes, (1, 8)),
-        seq_lens=parse_ints(seq_lens, (64,)),
-        gen_batch_sizes=parse_ints(gen_batch_sizes, (8,)),
+        batch_sizes=parse_ints(batch_sizes, (1, 8), "--batch-sizes"),
+        seq_lens=parse_ints(seq_lens, (64,), "--seq-lens"),
+        gen_batch_sizes=parse_ints(gen_batch_sizes, (8,), "--gen-batch-sizes"),
         gen_tokens=gen_tokens,
         repeats=repeats,
         device=device,
         compile=compile_hf,
     )
+    check_device(device)
+    check_writable(json_out, what="--json")
     try:
         result = run_bench(model, config, cache_dir=cache_dir)
     except (ValueError, RuntimeError) as exc:  # bad sizes, engines that disagree: one line, not a traceback

@@ -21,6 +21,7 @@ def export_command(
         bool, typer.Option(help="Accept pickle (.bin) weights. Only for trusted files.")
     ] = False,
 ) -> None:
+    from sago_fast.atomic import check_writable
     from sago_fast.checkpoints.resolve import resolve_checkpoint
     from sago_fast.errors import SagoError
     from sago_fast.exporters.cache import ExportCache, copy_export
@@ -30,6 +31,7 @@ def export_command(
         settings = ExportSettings(dtype=dtype)
     except ValueError as exc:
         raise SagoError(str(exc)) from None
+    check_writable(out, what="--out", directory=True)
     ckpt = resolve_checkpoint(checkpoint, allow_pickle=allow_pickle)
     exported = ExportCache(cache_dir).get_or_export(ckpt, settings)
     target = copy_export(exported, out)

@@ -22,6 +22,9 @@ def merge_command(
     from sago_fast.errors import InputError
     from sago_fast.run.merge import merge_shards
 
+    missing = [str(s) for s in shards if not s.exists()]
+    if missing:
+        raise InputError(f"no such shard folder: {', '.join(missing)}")
     result = merge_shards(shards, db)
     typer.echo(
         f"merged {len(result.merged)} units, {len(result.already)} already in {db}, {len(result.damaged)} damaged"

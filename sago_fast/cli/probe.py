@@ -23,8 +23,17 @@ def probe_command(
 ) -> None:
     import numpy as np
 
-    import sago_fast
+    from sago_fast.errors import InputError
 
+    import sago_fast
+    from sago_fast.atomic import check_writable
+    from sago_fast.runtime.session import check_device
+
+    if top_k < 1:
+        raise InputError(f"--top-k must be at least 1, not {top_k}")
+    check_device(device)
+    if save is not None:
+        check_writable(save, what="--save")
     model = sago_fast.load_model(checkpoint, device=device, cache_dir=cache_dir)
     result = model.probe(texts)
     typer.echo(

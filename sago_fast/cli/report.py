@@ -18,10 +18,12 @@ def report_command(
     ] = None,
     n_unstable: Annotated[int, typer.Option("--unstable", help="Most unstable examples to show.")] = 10,
 ) -> None:
+    from sago_fast.atomic import check_writable
     from sago_fast.errors import InputError
     from sago_fast.report import write_report
 
     if not db.is_file():
         raise InputError(f"{db}: no such database")
+    check_writable(out, what="--out")
     path = write_report(db, out, run_id, n_unstable=n_unstable)
     typer.echo(f"report -> {path.resolve()}")

@@ -82,12 +82,13 @@ def write_command(
     field: FieldOpt = None,
 ) -> None:
     """Write every variant of a dataset to JSONL (written to a temp name, then renamed)."""
-    from sago_fast.atomic import atomic_path
+    from sago_fast.atomic import atomic_path, check_writable
     from sago_fast.datasets import FieldMap
     from sago_fast.datasets.resolve import load_dataset
     from sago_fast.variants import generate_variants
     from sago_fast.variants.generate import variants_to_jsonl
 
+    check_writable(out, what="--out")
     data = load_dataset(dataset, fields=FieldMap.parse(field or []), limit=limit)
     variants = generate_variants(data.examples, _config(family, k, seed))
     with atomic_path(out) as tmp:

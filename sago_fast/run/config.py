@@ -14,6 +14,7 @@ from sago_fast.runtime.answering import AnswerSettings
 from sago_fast.runtime.generate import GenerationSettings
 from sago_fast.runtime.options import DEFAULT_ANSWER_MODE, check_answer_mode
 from sago_fast.runtime.prompting import PromptFormat
+from sago_fast.runtime.session import DEVICES
 
 
 @dataclass(frozen=True)
@@ -75,17 +76,23 @@ class RunConfig:
         if self.ray_cpus_per_task <= 0 or self.ray_max_retries < 0:
             raise InputError("ray_cpus_per_task must be positive and ray_max_retries not negative")
         if self.variants_per_family < 1:
-            raise InputError(f"variants_per_family must be positive, not {self.variants_per_family}")
+            raise InputError(
+                f"-k/--variants-per-family (variants_per_family) must be at least 1, not {self.variants_per_family}"
+            )
         if self.limit is not None and self.limit < 1:
-            raise InputError(f"limit must be positive, not {self.limit}")
+            raise InputError(f"--limit (limit) must be at least 1, not {self.limit}")
         if self.max_new_tokens < 1:
-            raise InputError(f"max_new_tokens must be positive, not {self.max_new_tokens}")
+            raise InputError(f"--max-new-tokens (max_new_tokens) must be at least 1, not {self.max_new_tokens}")
+        if self.device not in DEVICES:
+            raise InputError(f"--device (device) must be one of {', '.join(DEVICES)}, not {self.device!r}")
         if any(not isinstance(s, str) or not s for s in self.stop):
             raise InputError(f"stop strings must be non-empty strings, not {list(self.stop)!r}")
         check_answer_mode(self.answer_mode)
         PromptFormat(self.chat_template, self.system_prompt)  # validates both
         if not isinstance(self.num_fewshot, int) or self.num_fewshot < 0:
-            raise InputError(f"num_fewshot must be a non-negative integer, not {self.num_fewshot!r}")
+            raise InputError(
+                f"--num-fewshot (num_fewshot) must be a non-negative integer, not {self.num_fewshot!r}"
+            )
         FieldMap.parse(list(self.fields))  # an unknown field name is one line
         if self.fewshot_from is not None and self.num_fewshot == 0:
             raise InputError("--fewshot-from needs --num-fewshot N (how many demonstrations per prompt)")

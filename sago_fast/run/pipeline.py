@@ -62,6 +62,7 @@ def run(config: RunConfig, *, command: str = "run", progress: bool = True) -> Ru
     failures are raised together (:class:`UnitsFailedError`) after every other unit is written."""
     from tqdm import tqdm
 
+    check_run_outputs(config)
     plan = plan_run(config)
     shard = parse_shard(config.shard)
     units = [u for u in plan.units if shard is None or u.index % shard[1] == shard[0]]
@@ -83,8 +84,8 @@ def run(config: RunConfig, *, command: str = "run", progress: bool = True) -> Ru
         total=len(units), initial=skipped, desc="sago run", unit="unit", disable=None if progress else True
     )
     try:
-        yield_outcomes = EXECUTORS.get(config.executor)(plan, todo, config)
-        for outcome in _interruptible(yield_outcomes, len(units), lambda: len(results) + skipped, config):
+        outcomes = EXECUTORS.get(config.executor)(plan, todo, config)
+        for outcome in outcomes:
             where = f"{outcome.checkpoint} × {plan.datasets[outcome.dataset_id].name}"
             if outcome.rows is None:
                 failed.append((where, outcome.error or "unknown error"))
@@ -97,6 +98,13 @@ def run(config: RunConfig, *, command: str = "run", progress: bool = True) -> Ru
             bar.set_postfix_str(where[-60:])
             bar.update(1)
         bar.close()
+    except KeyboardInterrupt:
+        # wherever Ctrl-C lands (a unit, a write, between units): one line saying what is kept
+        where = config.db if config.shard is None else config.shard_dir
+        raise Interrupted(
+            f"{len(results) + skipped} of {len(units)} units are finished and kept in {where}; the unit in "
+            "progress was not written. Run the same command again to resume."
+        ) from None
     finally:
         status = "done" if not failed and len(results) == len(todo) else "failed"
         try:
@@ -128,16 +136,16 @@ def run(config: RunConfig, *, command: str = "run", progress: bool = True) -> Ru
     return result
 
 
-def _interruptible(outcomes: Any, total: int, kept: Any, config: RunConfig) -> Any:
-    """``outcomes``, with Ctrl-C turned into one line saying what is kept and how to resume."""
-    try:
-        yield from outcomes
-    except KeyboardInterrupt:
-        where = config.db if config.shard is None else config.shard_dir
-        raise Interrupted(
-            f"{kept()} of {total} units are finished and kept in {where}; the unit in progress was not "
-            "written. Run the same command again to resume."
-        ) from None
+def check_run_outputs(config: RunConfig) -> None:
+    """Before any work: the device runs, and the results file or shard folder can be written."""
+    from sago_fast.atomic import check_writable
+    from sago_fast.runtime.session import check_device
+
+    check_device(config.device)
+    if config.shard is not None and config.shard_dir is not None:
+        check_writable(config.shard_dir, what="--shard-dir", directory=True)
+    elif config.db is not None:
+        check_writable(config.db, what="--db")
 
 
 def _has_stats(db: Any, run_id: str) -> bool:

@@ -40,3 +40,23 @@ def accuracy_rows(
                 )
             )
     return ["checkpoint", "suite", "template", "trained", "accuracy", "chance"], rows
+
+
+def compare_with_shipped(result: ZooResult, config: ZooConfig) -> str:
+    """One line: whether a trained reproduction has the shipped checkpoints' weights, byte for byte."""
+    from sago_fast.zoo.store import shipped_zoo
+
+    shipped = shipped_zoo(config)
+    if shipped is None:
+        return "the package ships no zoo of this configuration to compare with"
+    same = [
+        (a / "model.safetensors").read_bytes() == (b / "model.safetensors").read_bytes()
+        for a, b in zip(result.checkpoints, shipped, strict=True)
+    ]
+    if all(same):
+        return "reproduced: every checkpoint's weights equal the shipped zoo's, byte for byte"
+    return (
+        f"{same.count(False)} of {len(same)} checkpoints differ from the shipped zoo's weights: training is "
+        "reproducible on one machine, not across CPU vendors (MKL and ATen code paths); the demo uses the "
+        "shipped zoo"
+    )

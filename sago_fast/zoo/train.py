@@ -2,7 +2,7 @@
 templates and formats, and save checkpoints along the way (so stability can differ and change over training).
 
 Each training text is a rendered prompt followed by `` <gold option content></s>``; the loss covers the
-answer tokens only. The zoo is cached: a folder whose ``zoo.json`` matches the config is reused as is.
+answer tokens only. Where a zoo comes from (the package ships the default one) is :mod:`sago_fast.zoo.store`.
 """
 
 from __future__ import annotations
@@ -60,7 +60,8 @@ class ZooConfig:
 class ZooResult:
     root: Path
     checkpoints: tuple[Path, ...]  # in training order
-    reused: bool
+    reused: bool  # nothing was trained
+    source: str = "trained"  # shipped (in the package) | cache (trained earlier) | trained (just now)
 
 
 def training_examples(config: ZooConfig) -> list[Example]:
@@ -91,17 +92,39 @@ def _encode(tokenizer, pairs: list[tuple[str, str]]) -> list[tuple[list[int], in
 
 
 # Training is chaotic: float differences of one ulp (another reduction order: more threads, AVX-512
-# instead of AVX2 kernels) grow over 1,200 steps into other checkpoints and other demo numbers. The
-# reproducible training runs in a child process on one thread with the AVX2 code paths of MKL and ATen
-# and deterministic torch algorithms, the same on every x86-64 machine with AVX2.
-REPRODUCIBLE_ENV = {
+# instead of AVX2 kernels) grow over 1,200 steps into other checkpoints. The reproducible training runs in
+# a child process on one thread with deterministic torch algorithms and one kernel set: the same bytes
+# whatever the caller's threads and kernels, on one machine. MKL and ATen still take other code paths on
+# other CPU vendors, so the demo does not train: the package ships the default zoo (zoo/store.py).
+PINNED_THREADS = {
     "OMP_NUM_THREADS": "1",
     "MKL_NUM_THREADS": "1",
-    "MKL_CBWR": "AVX2",
-    "ATEN_CPU_CAPABILITY": "avx2",
     "RAYON_RS_NUM_CPUS": "1",
     "TOKENIZERS_PARALLELISM": "false",
 }
+
+
+def cpu_flags() -> frozenset[str]:
+    """The instruction-set flags the CPU reports (``/proc/cpuinfo``; empty where it cannot be read)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return frozenset()
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            return frozenset(line.partition(":")[2].split())
+    return frozenset()
+
+
+def reproducible_env(flags: frozenset[str] | None = None) -> dict[str, str]:
+    """The child's environment: one thread, and the AVX2 kernels of MKL and ATen where the CPU has AVX2
+    (asking ATen for a kernel set the CPU lacks kills the process with SIGILL), else the portable ones."""
+    avx2 = "avx2" in (cpu_flags() if flags is None else flags)
+    return {
+        **PINNED_THREADS,
+        "MKL_CBWR": "AVX2" if avx2 else "COMPATIBLE",
+        "ATEN_CPU_CAPABILITY": "avx2" if avx2 else "default",
+    }
 
 
 def _train(config: ZooConfig, workdir: Path) -> list[Path]:
@@ -113,7 +136,7 @@ def _train(config: ZooConfig, workdir: Path) -> list[Path]:
 
     child = "from sago_fast.zoo.train import _main; _main()"
     command = [sys.executable, "-c", child, json.dumps(asdict(config)), str(workdir)]
-    done = subprocess.run(command, env={**os.environ, **REPRODUCIBLE_ENV}, check=False)
+    done = subprocess.run(command, env={**os.environ, **reproducible_env()}, check=False)
     if done.returncode != 0:
         raise InputError(f"zoo training failed (exit code {done.returncode}; its messages are above)")
     return [workdir / f"step-{step:05d}" for step in sorted(config.save_steps)]
@@ -178,17 +201,12 @@ def _train_here(config: ZooConfig, workdir: Path) -> list[Path]:
     return saved
 
 
-def build_zoo(out_dir: str | os.PathLike[str], config: ZooConfig = ZooConfig()) -> ZooResult:
-    """Train (or reuse) the zoo in ``out_dir``; returns the checkpoint folders in training order."""
-    root = Path(out_dir)
-    manifest = root / ZOO_FILE
+def train_zoo(folder: str | os.PathLike[str], config: ZooConfig) -> ZooResult:
+    """Train the zoo of ``config`` into ``folder`` (written under a temporary name, then renamed), with a
+    ``zoo.json`` naming its configuration key and checkpoints."""
     if not config.save_steps or min(config.save_steps) < 1:
         raise InputError("save_steps must hold positive step numbers")
-    if manifest.is_file():
-        data = json.loads(manifest.read_text(encoding="utf-8"))
-        paths = tuple(root / name for name in data.get("checkpoints", []))
-        if data.get("key") == config.key() and all((p / "config.json").is_file() for p in paths):
-            return ZooResult(root, paths, reused=True)
+    root = Path(folder)
     root.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}.", dir=root.parent))
     try:
@@ -205,7 +223,25 @@ def build_zoo(out_dir: str | os.PathLike[str], config: ZooConfig = ZooConfig()) 
         os.replace(tmp, root)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return ZooResult(root, tuple(root / p.name for p in saved), reused=False)
+    return ZooResult(root, tuple(root / p.name for p in saved), reused=False, source="trained")
+
+
+def read_zoo(folder: str | os.PathLike[str], config: ZooConfig) -> tuple[Path, ...] | None:
+    """The checkpoints of the zoo in ``folder`` when its ``zoo.json`` is ``config``'s and all are there."""
+    root = Path(folder)
+    manifest = root / ZOO_FILE
+    if not manifest.is_file():
+        return None
+    try:
+        data = json.loads(manifest.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    paths = tuple(root / name for name in data.get("checkpoints", []))
+    if data.get("key") != config.key() or not paths:
+        return None
+    if not all((p / "config.json").is_file() and (p / "model.safetensors").is_file() for p in paths):
+        return None
+    return paths
 
 
 def _main() -> None:

@@ -98,8 +98,9 @@ def test_probe_bad_texts(checkpoints, cache_dir):
     )
 
 
-def test_demo_then_query(tmp_path):
+def test_demo_then_query(tmp_path, monkeypatch):
     """The demo pipeline on a small zoo, then `sago query` on its database (the CLI demo uses the full zoo)."""
+    monkeypatch.setenv("SAGO_CACHE_DIR", str(tmp_path / "cache"))  # the small zoo is trained into it
     from sago_fast.demo import DemoConfig, run_demo
     from sago_fast.zoo import ZooConfig
 
