@@ -30,7 +30,29 @@ def parse_spec(spec: str) -> tuple[str, str | None, str]:
     return name, config, split
 
 
+def hub_unreachable(timeout: float = 3.0) -> str | None:
+    """Why the Hugging Face hub cannot be reached (offline mode, no name resolution, no connection), or
+    None. One connection attempt, at most ``timeout`` seconds: without it, ``datasets`` retries with
+    back-off for ~30 s and prints a warning per retry before failing."""
+    import os
+    import socket
+    from urllib.parse import urlparse
+
+    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
+        return "HF_HUB_OFFLINE is set"
+    endpoint = urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    host = endpoint.hostname or "huggingface.co"
+    port = endpoint.port or (443 if endpoint.scheme == "https" else 80)
+    try:
+        socket.create_connection((host, port), timeout=timeout).close()
+    except OSError as exc:
+        return f"{host}: {exc.strerror or exc}"
+    return None
+
+
 def load_hub_dataset(spec: str, fields: FieldMap, limit: int | None) -> Any:
+    from pathlib import Path
+
     from sago_fast.datasets.resolve import Dataset
 
     name, config, split = parse_spec(spec)
@@ -38,6 +60,13 @@ def load_hub_dataset(spec: str, fields: FieldMap, limit: int | None) -> Any:
         import datasets
     except ImportError:
         raise InputError(f"{spec}: hf: datasets need the `datasets` package (pip install datasets)") from None
+    if not Path(name).exists():  # a hub id, not a local folder of data files
+        reason = hub_unreachable()
+        if reason is not None:
+            raise InputError(
+                f"{spec}: cannot reach the Hugging Face hub from this machine ({reason}); download the data "
+                "and pass the file instead"
+            )
     try:
         rows = datasets.load_dataset(name, config, split=split)
     except Exception as exc:  # datasets raises many types; offline ones are recognised by their text

@@ -5,14 +5,16 @@ model_scores       per (model, dataset, axis, metric, family): mean over example
                    else studentized bootstrap over examples), the effect (estimate beyond the null, in the
                    metric's unit), BH-adjusted p over the whole table
 model_comparisons  per dataset and headline metric, every model pair on the same examples: exact McNemar
-                   for 0/1 values (accuracy), else paired Wilcoxon on differences rounded to 1e-12
-                   relative (+ bootstrap CI of the mean difference); McNemar on flip indicators
+                   for 0/1 values (accuracy), else a two-sided studentized bootstrap test of the mean
+                   difference (differences rounded to 1e-12 relative) with its CI from the same
+                   resamples; McNemar on flip indicators
 rankings           per source (a dataset, or one family of a dataset) and headline metric: each model's
                    mean rank over examples (1 = most stable / most accurate), Friedman test, Nemenyi CD;
                    plus ``worst_axis``: per model the worst of its four axis ranks
 ranking_agreement  Kendall tau_b between the model rankings two sources induce (bootstrap CI over
                    examples), and Kendall's W over all datasets
-rank_reversals     model pairs ordered significantly one way on one dataset and the other way on another
+rank_reversals     model pairs ordered significantly one way on one dataset and the other way on another:
+                   significance and direction both from the mean difference that was tested
 axis_correlations  per model and dataset, Spearman between the four headline axes across examples,
                    partial Spearman controlling for canonical P(gold) and correctness, permutation p-values
 """
@@ -41,15 +43,16 @@ from sago_fast.stats.methods import (
     mcnemar_p,
     mean_inference,
     nemenyi_cd,
-    paired_bootstrap_ci,
+    paired_mean_difference,
     partial_spearman,
     pearson,
-    rounded_differences,
-    wilcoxon_p,
+    bootstrap_ci,
 )
 from sago_fast.stats.nulls import like_for_like, null_for
 
 Columns = dict[str, list[Any]]
+
+PAIRED_MEAN_TEST = "paired studentized bootstrap"  # model_comparisons.test of continuous metrics
 
 
 @dataclass
@@ -116,6 +119,7 @@ def score_metric(data: RunData, key: Key, config: StatsConfig) -> dict[str, Any]
     alternative = "greater" if null is None else null.alternative
     result = mean_inference(values, config, reference=reference, alternative=alternative, stream=stream)
     p, test, effect = result.p_value, "none", None
+    low, high = result.low, result.high
     if null is not None:
         if null.tested is None:  # the values themselves against a fixed reference
             test = f"{result.method}: {null.label}"
@@ -124,6 +128,9 @@ def score_metric(data: RunData, key: Key, config: StatsConfig) -> dict[str, Any]
                 null.tested, config, reference=0.0, alternative=alternative, stream=stream
             )
             p, test = paired.p_value, f"{paired.method} of differences: {null.label}"
+            # the CI of what was tested, on the metric's scale: the differences' CI plus the null level,
+            # so that it lies beyond null_value exactly when p says so (never a row against itself)
+            low, high = paired.low + null.value, paired.high + null.value
         gap = result.estimate - null.value
         effect = gap if null.alternative == "greater" else -gap
     return {
@@ -134,8 +141,8 @@ def score_metric(data: RunData, key: Key, config: StatsConfig) -> dict[str, Any]
         "metric": metric,
         "family": family,
         "estimate": result.estimate,
-        "ci_low": result.low,
-        "ci_high": result.high,
+        "ci_low": low,
+        "ci_high": high,
         "p_value": p,
         "p_adjusted": None,
         "n_items": len(values),
@@ -247,10 +254,14 @@ def _comparisons(data: RunData, config: StatsConfig, out: Columns) -> None:
                 )
                 if len(a) == 0:
                     continue
-                low, high = paired_bootstrap_ci(
-                    a, b, config, stream=_stream(dataset, metric, model_a, model_b)
-                )
+                stream = _stream(dataset, metric, model_a, model_b)
                 binary = is_binary(a, b)
+                if binary:  # paired 0/1 (accuracy): exact McNemar on the discordant examples
+                    low, high = bootstrap_ci(a - b, config, stream=stream)
+                    p, test = mcnemar_p(a > 0, b > 0), "mcnemar"
+                else:  # the mean difference, tested and bounded from the same resamples
+                    paired = paired_mean_difference(a, b, config, stream=stream)
+                    low, high, p, test = paired.low, paired.high, paired.p_value, PAIRED_MEAN_TEST
                 _append(
                     out,
                     run_id=data.run_id,
@@ -259,15 +270,13 @@ def _comparisons(data: RunData, config: StatsConfig, out: Columns) -> None:
                     metric=metric,
                     model_a=model_a,
                     model_b=model_b,
-                    test="mcnemar" if binary else "wilcoxon",
+                    test=test,
                     mean_a=float(a.mean()),
                     mean_b=float(b.mean()),
                     difference=float((a - b).mean()),
                     ci_low=low,
                     ci_high=high,
-                    p_value=mcnemar_p(a > 0, b > 0)
-                    if binary  # paired 0/1 (accuracy): exact McNemar on the discordant examples
-                    else wilcoxon_p(rounded_differences(a, b), "two-sided"),
+                    p_value=p,
                     n_items=len(a),
                 )
             a, b = _paired(data, (model_a, dataset, *flip), (model_b, dataset, *flip))
@@ -460,12 +469,14 @@ def _agreement(
 
 
 def _reversals(data: RunData, config: StatsConfig, tables: StatsTables) -> None:
-    """Model pairs whose order on a headline metric is significant (BH-adjusted Wilcoxon) in opposite
-    directions on two datasets."""
+    """Model pairs whose order on a headline metric is significant (BH-adjusted) in opposite directions on
+    two datasets. Significance and direction come from one statistic: the mean difference, whose test
+    (McNemar for 0/1 values, the paired studentized bootstrap otherwise) rejects only when the difference's
+    CI excludes 0 on the same side as its sign."""
     comparisons = tables.model_comparisons
     significant: dict[tuple[str, str, str, str], dict[str, tuple[float, float]]] = defaultdict(dict)
     for i in range(len(comparisons["run_id"])):
-        if comparisons["test"][i] != "wilcoxon":
+        if comparisons["metric"][i] == "any_flip":  # a flip indicator, not a headline score
             continue
         p_adj = comparisons["p_adjusted"][i]
         if p_adj is None or p_adj >= config.alpha:

@@ -6,6 +6,7 @@ reduced to its item score), so resampling examples is the item-clustered bootstr
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -45,13 +46,6 @@ def bootstrap_ci(
         vectorized=True if statistic is np.mean else False,
     )
     return float(result.confidence_interval.low), float(result.confidence_interval.high)
-
-
-def paired_bootstrap_ci(
-    a: np.ndarray, b: np.ndarray, config: StatsConfig, *, stream: int = 0
-) -> tuple[float, float]:
-    """CI of mean(a - b) over examples (both arrays aligned by example)."""
-    return bootstrap_ci(np.asarray(a, float) - np.asarray(b, float), config, stream=stream)
 
 
 @dataclass(frozen=True)
@@ -136,15 +130,49 @@ def _studentized_bootstrap(
         s = draws.std(axis=1, ddof=1) / np.sqrt(n)
         # a resample of one repeated value has no spread of its own: it is scaled by the sample's
         t_star[start : start + size] = (m - mean) / np.where(s > 0, s, se)
-    a = 1.0 - config.confidence
-    t_low, t_high = np.quantile(t_star, [a / 2, 1 - a / 2], method="inverted_cdf")  # resampled values
+    t_low, t_high = _inverted_test_bounds(t_star, 1.0 - config.confidence)
     low, high = mean - t_high * se, mean - t_low * se
     p = None
     if reference is not None:
         t0 = (mean - reference) / se
-        extreme = np.sum(t_star >= t0) if alternative == "greater" else np.sum(t_star <= t0)
-        p = float((1 + extreme) / (config.n_resamples + 1))
+        greater = float((1 + np.sum(t_star >= t0)) / (config.n_resamples + 1))
+        less = float((1 + np.sum(t_star <= t0)) / (config.n_resamples + 1))
+        if alternative == "two-sided":
+            p = min(1.0, 2 * min(greater, less))
+        else:
+            p = greater if alternative == "greater" else less
     return MeanInference(mean, float(low), float(high), p, "studentized bootstrap")
+
+
+def _inverted_test_bounds(t_star: np.ndarray, alpha: float) -> tuple[float, float]:
+    """The resampled t values that bound the (1 - alpha) interval, chosen as the inversion of the test
+    above: a reference lies outside the interval exactly when its one-sided p-value (1 + #extreme) / (B + 1)
+    is below alpha / 2. With m the smallest count of extreme resamples whose p-value (1 + m) / (B + 1) is
+    not below alpha / 2, the bounds are the m-th smallest and m-th largest t* (equal-tailed). So a CI
+    wholly beyond the reference has p < alpha / 2, exactly, whatever B."""
+    b = len(t_star)
+    m = math.ceil(alpha / 2 * (b + 1) - 1 - 1e-9)  # smallest #extreme whose p is >= alpha / 2
+    m = min(max(m, 1), b)
+    ordered = np.sort(t_star)
+    return float(ordered[m - 1]), float(ordered[b - m])
+
+
+def paired_mean_difference(
+    a: np.ndarray, b: np.ndarray, config: StatsConfig, *, stream: int = 0
+) -> MeanInference:
+    """Two-sided test of H0: mean(a - b) = 0 over examples (aligned by example), with the CI of the mean
+    difference from the same resamples: the studentized bootstrap of the paired differences (rounded,
+    :func:`rounded_differences`, so float noise is no difference). It tests the mean difference that is
+    reported, unlike a signed-rank test (the pseudo-median: skewed differences of equal mean were
+    "significant" 29% of the time at n = 60); p < alpha exactly when the (1 - alpha) CI excludes 0."""
+    d = _finite(rounded_differences(a, b))
+    if len(d) == 0:
+        return MeanInference(float("nan"), float("nan"), float("nan"), None, "none")
+    mean = float(d.mean())
+    if len(d) < 2 or np.ptp(d) == 0:
+        p = None if len(d) < 2 else (1.0 if mean == 0 else 2.0 / (config.n_resamples + 1))
+        return MeanInference(mean, mean, mean, p, "constant")
+    return _studentized_bootstrap(d, config, 0.0, "two-sided", stream)
 
 
 RELATIVE_ROUNDING = 1e-12  # differences this small relative to the values are ties (zero), not signs
@@ -159,19 +187,6 @@ def rounded_differences(a: np.ndarray, b: np.ndarray | float = 0.0) -> np.ndarra
     scale = max(float(np.max(np.abs(a), initial=0.0)), float(np.max(np.abs(b), initial=0.0)), 1e-300)
     step = scale * RELATIVE_ROUNDING
     return np.round(d / step) * step
-
-
-def wilcoxon_p(differences: np.ndarray, alternative: str) -> float:
-    """One-sample Wilcoxon signed-rank p-value of ``differences`` (``scipy.stats.wilcoxon``), for paired
-    comparisons of two models' continuous scores. Pass :func:`rounded_differences` so ties are ties.
-
-    Zero differences are dropped (Wilcoxon's convention); when nothing is left, there is no evidence
-    either way and p = 1."""
-    d = _finite(differences)
-    d = d[d != 0]
-    if len(d) == 0:
-        return 1.0
-    return float(stats.wilcoxon(d, alternative=alternative, zero_method="wilcox").pvalue)
 
 
 def mcnemar_p(flips_a: np.ndarray, flips_b: np.ndarray) -> float:

@@ -20,8 +20,8 @@ from sago_fast.stats.methods import (
     mean_inference,
     nemenyi_cd,
     partial_spearman,
+    paired_mean_difference,
     rounded_differences,
-    wilcoxon_p,
 )
 
 FAST = StatsConfig(n_resamples=300, seed=0)
@@ -63,17 +63,23 @@ def test_mean_inference_on_0_1_values_is_the_exact_binomial_test_and_interval():
     assert mean_inference(np.r_[np.zeros(19), 1.0], FAST, reference=0.0).p_value == 0.0
 
 
-def test_studentized_bootstrap_test_and_interval_never_disagree():
-    """The 95% CI lies beyond the reference exactly when the one-sided p is below 0.025 (same resamples)."""
-    config = StatsConfig(n_resamples=999, seed=4)
+@pytest.mark.parametrize("n_resamples", [999, 2000, 1999])
+def test_studentized_bootstrap_test_and_interval_never_disagree(n_resamples):
+    """The 95% CI lies beyond the reference exactly when the one-sided p is below 0.025 (same resamples),
+    whatever the number of resamples (with B = 2000 a 2.5% quantile bound used to give p = 51/2001)."""
+    config = StatsConfig(n_resamples=n_resamples, seed=4)
     rng = np.random.default_rng(2)
-    agree = 0
+    beyond = 0
     for i in range(200):
         x = rng.exponential(0.05 + 0.05 * rng.uniform(), 40)
-        got = mean_inference(x, config, reference=0.07, alternative="greater", stream=i)
-        assert got.method == "studentized bootstrap"
-        agree += (got.low > 0.07) == (got.p_value < 0.025)
-    assert agree >= 198  # up to the +1 smoothing and the interpolation of quantiles at the very edge
+        for reference in (0.07, float(x.mean()) * 0.8):
+            up = mean_inference(x, config, reference=reference, alternative="greater", stream=i)
+            down = mean_inference(x, config, reference=reference, alternative="less", stream=i)
+            assert up.method == "studentized bootstrap"
+            assert (up.low > reference) == (up.p_value < 0.025), (i, up, reference)
+            assert (down.high < reference) == (down.p_value < 0.025), (i, down, reference)
+            beyond += up.low > reference
+    assert 20 < beyond < 380  # both outcomes occur: the check can fail
     x = rng.normal(0.3, 1.0, 200)  # on normal data the interval is the t interval
     got = mean_inference(x, config)
     half = stats.t.ppf(0.975, 199) * x.std(ddof=1) / math.sqrt(200)
@@ -86,14 +92,39 @@ def test_differences_are_rounded_before_ranking():
     raw, rounded = values - 0.1, rounded_differences(values, 0.1)
     assert len(np.unique(np.abs(raw))) > 3  # float noise breaks the ties
     assert len(np.unique(np.abs(rounded))) == 3
-    assert wilcoxon_p(rounded, "two-sided") == pytest.approx(1.0)
+    same = paired_mean_difference(values, values + 1e-17, FAST)  # float noise is no difference
+    assert same.estimate == 0.0 and same.p_value == 1.0
 
 
-def test_wilcoxon_matches_scipy():
-    d = np.array([0.3, -0.1, 0.5, 0.2, 0.0, 0.7, -0.2, 0.4])
-    assert wilcoxon_p(d, "greater") == pytest.approx(stats.wilcoxon(d[d != 0], alternative="greater").pvalue)
-    assert wilcoxon_p(d, "two-sided") == pytest.approx(stats.wilcoxon(d[d != 0]).pvalue)
-    assert wilcoxon_p(np.zeros(6), "greater") == 1.0
+def test_paired_mean_difference_tests_the_mean_with_its_own_interval():
+    """Two-sided: p < 0.05 exactly when the 95% CI of the mean difference excludes 0; near the t test on
+    normal differences."""
+    config = StatsConfig(n_resamples=2000, seed=0)
+    rng = np.random.default_rng(8)
+    for i in range(100):
+        a = rng.normal(0.5, 0.2, 60)
+        b = a + rng.normal(rng.uniform(-0.08, 0.08), 0.2, 60)
+        got = paired_mean_difference(a, b, config, stream=i)
+        assert got.estimate == pytest.approx(float(np.mean(a - b)))
+        assert (got.p_value < 0.05) == (got.low > 0 or got.high < 0), (i, got)
+    a = rng.normal(0.5, 0.2, 200)
+    b = a + rng.normal(0.03, 0.2, 200)
+    got = paired_mean_difference(a, b, config)
+    assert got.p_value == pytest.approx(stats.ttest_rel(a, b).pvalue, abs=0.02)
+
+
+def test_paired_comparisons_hold_their_level_on_skewed_differences():
+    """Equal means, skewed differences (B = A + Exp(0.05) - 0.05): the Wilcoxon test these comparisons
+    used rejected 29% of the time at n = 60 (it tests the pseudo-median); the test of the mean holds."""
+    rng = np.random.default_rng(12)
+    rejections, reps = 0, 500
+    for i in range(reps):
+        a = rng.uniform(0.0, 0.3, 60)
+        b = a + rng.exponential(0.05, 60) - 0.05
+        got = paired_mean_difference(a, b, FAST, stream=i)
+        rejections += got.p_value < 0.05
+    assert rejections / reps <= 0.07, rejections / reps
+    assert stats.wilcoxon(b - a).pvalue < 1.0  # (the data are not degenerate)
 
 
 def test_mcnemar_by_hand():
@@ -247,6 +278,36 @@ def test_planted_truths_are_found():
             assert linked["spearman"] > 0.6 and linked["p_adjusted"] < 0.05
             assert linked["partial"] > 0.6  # not explained by canonical confidence / correctness
             assert abs(independent["spearman"]) < 0.5
+
+
+def test_no_row_contradicts_itself():
+    """Comparisons: significance, the CI of the mean difference and its direction agree; reversals take
+    both from the same comparison; paired-null rows report the CI of what was tested (p < 0.025 exactly
+    when it lies beyond null_value)."""
+    from sago_fast.stats.compute import PAIRED_MEAN_TEST
+
+    checked_pairs = checked_nulls = 0
+    for seed in range(6):
+        tables = compute_stats(planted(seed, n=30), FAST)
+        comparisons = table_rows(tables.model_comparisons)
+        for r in comparisons:
+            if r["test"] != PAIRED_MEAN_TEST:
+                continue
+            assert r["ci_low"] <= r["difference"] <= r["ci_high"]
+            excludes_zero = r["ci_low"] > 0 or r["ci_high"] < 0
+            assert (r["p_value"] < 0.05) == excludes_zero, r
+            checked_pairs += 1
+        by_key = {(r["dataset_id"], r["metric"], r["model_a"], r["model_b"]): r for r in comparisons}
+        for rev in table_rows(tables.rank_reversals):
+            for dataset, diff in ((rev["dataset_a"], rev["difference_a"]), (rev["dataset_b"], rev["difference_b"])):
+                row = by_key[(dataset, rev["metric"], rev["model_a"], rev["model_b"])]
+                assert row["difference"] == diff and row["p_adjusted"] < 0.05
+                assert (row["ci_low"] > 0) if diff > 0 else (row["ci_high"] < 0), row
+        for r in table_rows(tables.model_scores):
+            if "replicate noise" in r["test"] and "differences" in r["test"]:
+                assert (r["ci_low"] > r["null_value"]) == (r["p_value"] < 0.025), r
+                checked_nulls += 1
+    assert checked_pairs > 50 and checked_nulls > 10
 
 
 def test_correlated_axes_detected_and_independent_ones_not():
