@@ -1,4 +1,4 @@
-"""Run SQL against a results database (read-only) and print a table, CSV or JSON."""
+"""Run SQL against a results database (read-only) and print a table, CSV, JSON or Markdown."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ import typer
 
 from sago_fast.cli.options import DbOpt
 
-FORMATS = ("table", "csv", "json")
+FORMATS = ("table", "csv", "json", "markdown")
+CUT_MARK = "…"  # ends a table cell that was cut at the column width
 
 
 def _cell(value: Any) -> str:
@@ -23,25 +24,54 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
+def _one_line(text: str) -> str:
+    """Line breaks and tabs shown as ``\\n`` / ``\\t``, so that a prompt keeps to its row."""
+    return text.replace("\\", "\\\\").replace("\r", "\\r").replace("\n", "\\n").replace("\t", "\\t")
+
+
+def _fit(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + CUT_MARK
+
+
 def render_table(columns: list[str], rows: list[tuple[Any, ...]], max_width: int = 60) -> str:
-    cells = [[_cell(v)[:max_width] for v in row] for row in rows]
+    """A terminal table: one line per row, cells cut at ``max_width`` characters and marked with ``…``
+    (``--format csv|json|markdown`` give full values)."""
+    cells = [[_fit(_one_line(_cell(v)), max_width) for v in row] for row in rows]
     widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
     line = "  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True))
     rule = "  ".join("-" * w for w in widths)
-    body = ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)) for r in cells]
-    return "\n".join([line, rule, *body, f"({len(rows)} row{'s' if len(rows) != 1 else ''})"])
+    body = ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in cells]
+    return "\n".join([line.rstrip(), rule, *body, f"({len(rows)} row{'s' if len(rows) != 1 else ''})"])
+
+
+def render_markdown(columns: list[str], rows: list[tuple[Any, ...]]) -> str:
+    """A GitHub-flavoured Markdown table with full values (pipes escaped, line breaks as ``<br>``)."""
+
+    def cell(value: Any) -> str:
+        return _cell(value).replace("|", "\\|").replace("\r\n", "<br>").replace("\n", "<br>")
+
+    lines = ["| " + " | ".join(cell(c) for c in columns) + " |", "|" + " --- |" * len(columns)]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines)
 
 
 def query_command(
     sql: Annotated[str, typer.Argument(help='SQL to run, e.g. "SELECT * FROM models".')],
     db: DbOpt,
-    fmt: Annotated[str, typer.Option("--format", "-f", help="table, csv or json.")] = "table",
+    fmt: Annotated[
+        str,
+        typer.Option(
+            "--format", "-f", help="table (cells cut at 60 characters, marked …), csv, json or markdown."
+        ),
+    ] = "table",
 ) -> None:
     from sago_fast.errors import SagoError
     from sago_fast.store import Store
 
     if fmt not in FORMATS:
         raise SagoError(f"--format must be one of {', '.join(FORMATS)}, not {fmt!r}")
+    if not Path(db).is_file():
+        raise SagoError(f"--db {db}: no such database")
     with Store(Path(db), read_only=True) as store:
         columns, rows = store.query(sql)
     if fmt == "csv":
@@ -50,5 +80,7 @@ def query_command(
         writer.writerows(rows)
     elif fmt == "json":
         typer.echo(json.dumps([dict(zip(columns, r, strict=True)) for r in rows], default=str, indent=1))
+    elif fmt == "markdown":
+        typer.echo(render_markdown(columns, rows))
     else:
         typer.echo(render_table(columns, rows))

@@ -35,6 +35,11 @@ def html_table(table: Table, name: str) -> Markup:
     )
 
 
+def _needs(what: str) -> Markup:
+    """In place of a plot that would show one point: what the section needs."""
+    return Markup(f'<p class="needs">Not drawn: {escape(what)}.</p>')
+
+
 def render_report(data: ReportData) -> str:
     from jinja2 import Environment, PackageLoader, select_autoescape
 
@@ -55,11 +60,21 @@ def render_report(data: ReportData) -> str:
             profiles=[(d, plots.profile_plot(data, d)) for d in datasets],
             headline=data.headline,
             layers=plots.layer_plot(data) if data.layers else "<p>No per-layer scores.</p>",
-            rankings=plots.ranking_plot(data, reversed_models) if data.ranks else "<p>No rankings.</p>",
+            rankings=(
+                _needs(f"a ranking needs at least 2 models (this run has {len(models)})")
+                if len(models) < 2
+                else plots.ranking_plot(data, reversed_models)
+                if data.ranks
+                else "<p>No rankings.</p>"
+            ),
             reversals=data.reversals,
             agreement=data.agreement,
             correlations=plots.correlation_heatmap(data) if data.correlations else "<p>Too few examples.</p>",
-            training=plots.training_plot(data, models),
+            training=(
+                _needs(f"a curve over training needs at least 2 checkpoints (this run has {len(models)})")
+                if len(models) < 2
+                else plots.training_plot(data, models)
+            ),
             unstable=data.unstable,
             significance=data.significance,
         )

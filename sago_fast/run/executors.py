@@ -16,6 +16,7 @@ from typing import Any
 from sago_fast.errors import InputError
 from sago_fast.registry import Registry
 from sago_fast.run.config import RunConfig
+from sago_fast.run.progress import RunProgress
 from sago_fast.run.units import Plan, Unit
 from sago_fast.run.worker import UnitOutcome, evaluate_checkpoint
 
@@ -32,9 +33,13 @@ def _subset(plan: Plan, units: Sequence[Unit]) -> tuple[dict, dict]:
 
 
 @EXECUTORS.register("local")
-def local_outcomes(plan: Plan, units: Sequence[Unit], config: RunConfig) -> Iterator[UnitOutcome]:
+def local_outcomes(
+    plan: Plan, units: Sequence[Unit], config: RunConfig, progress: RunProgress | None = None
+) -> Iterator[UnitOutcome]:
     for checkpoint, group in plan.by_checkpoint(units):
-        yield from evaluate_checkpoint(checkpoint, group, plan.datasets, plan.variants, config, plan.run_id)
+        yield from evaluate_checkpoint(
+            checkpoint, group, plan.datasets, plan.variants, config, plan.run_id, progress=progress
+        )
 
 
 def _ray_task(checkpoint, units, datasets, variants, config, run_id, threads) -> list[UnitOutcome]:
@@ -45,7 +50,10 @@ def _ray_task(checkpoint, units, datasets, variants, config, run_id, threads) ->
 
 
 @EXECUTORS.register("ray")
-def ray_outcomes(plan: Plan, units: Sequence[Unit], config: RunConfig) -> Iterator[UnitOutcome]:
+def ray_outcomes(
+    plan: Plan, units: Sequence[Unit], config: RunConfig, progress: RunProgress | None = None
+) -> Iterator[UnitOutcome]:
+    """Units finish on the workers; ``progress`` hears of each when its outcome arrives."""
     try:
         import ray
     except ImportError:

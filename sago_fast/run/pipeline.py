@@ -10,6 +10,7 @@ from typing import Any
 from sago_fast.errors import DiskFullError, Interrupted, SagoError
 from sago_fast.run.config import RunConfig
 from sago_fast.run.executors import EXECUTORS
+from sago_fast.run.progress import RunProgress
 from sago_fast.run.sinks import DuckDBSink, ParquetShardSink, Sink
 from sago_fast.run.units import parse_shard, plan_run
 from sago_fast.run.worker import UnitOutcome
@@ -60,8 +61,6 @@ def run(config: RunConfig, *, command: str = "run", progress: bool = True) -> Ru
     fails fast. Re-running the same command continues the same run (its id is a hash of the settings and
     the units' content keys) and skips finished units. A unit that fails does not stop the others; the
     failures are raised together (:class:`UnitsFailedError`) after every other unit is written."""
-    from tqdm import tqdm
-
     check_run_outputs(config)
     plan = plan_run(config)
     shard = parse_shard(config.shard)
@@ -80,11 +79,9 @@ def run(config: RunConfig, *, command: str = "run", progress: bool = True) -> Ru
     results: list[UnitResult] = []
     failed: list[tuple[str, str]] = []
     provider = ""
-    bar = tqdm(
-        total=len(units), initial=skipped, desc="sago run", unit="unit", disable=None if progress else True
-    )
+    shown = RunProgress.choose(len(units), skipped, progress)
     try:
-        outcomes = EXECUTORS.get(config.executor)(plan, todo, config)
+        outcomes = EXECUTORS.get(config.executor)(plan, todo, config, shown)
         for outcome in outcomes:
             where = f"{outcome.checkpoint} × {plan.datasets[outcome.dataset_id].name}"
             if outcome.rows is None:
@@ -95,9 +92,7 @@ def run(config: RunConfig, *, command: str = "run", progress: bool = True) -> Ru
                 provider = outcome.provider or provider
                 results.append(_result(outcome))
                 log.info("unit %s done in %.1fs", where, outcome.seconds)
-            bar.set_postfix_str(where[-60:])
-            bar.update(1)
-        bar.close()
+            shown.unit_finished(where, outcome.error if outcome.rows is None else None, outcome.seconds)
     except KeyboardInterrupt:
         # wherever Ctrl-C lands (a unit, a write, between units): one line saying what is kept
         where = config.db if config.shard is None else config.shard_dir
@@ -106,6 +101,7 @@ def run(config: RunConfig, *, command: str = "run", progress: bool = True) -> Ru
             "progress was not written. Run the same command again to resume."
         ) from None
     finally:
+        shown.close()
         status = "done" if not failed and len(results) == len(todo) else "failed"
         try:
             sink.finish(plan.run_id, status, provider)

@@ -20,7 +20,8 @@ from sago_fast.errors import raise_if_interrupted
 from sago_fast.run.config import RunConfig
 from sago_fast.run.evaluate import evaluate_unit, variant_rows
 from sago_fast.run.units import Unit
-from sago_fast.runtime.progress import NoProgress, TqdmPasses
+from sago_fast.run.progress import RunProgress
+from sago_fast.runtime.progress import NoProgress
 from sago_fast.store.schema import RESULT_TABLES
 from sago_fast.types import Variant
 
@@ -53,6 +54,7 @@ def evaluate_checkpoint(
     config: RunConfig,
     run_id: str,
     session_threads: int = 0,
+    progress: RunProgress | None = None,
 ) -> Iterator[UnitOutcome]:
     """Yield one outcome per unit; a checkpoint that cannot be loaded fails all its units."""
     import sago_fast
@@ -84,7 +86,8 @@ def evaluate_checkpoint(
             data = datasets[unit.dataset_id]
             unit_start = time.perf_counter()
             try:
-                model.progress = TqdmPasses(f"{checkpoint.display_path.name} × {data.name}")
+                label = f"{checkpoint.display_path.name} × {data.name}"
+                model.progress = progress.unit_started(label) if progress is not None else NoProgress()
                 tables = evaluate_unit(model, data, variants[unit.dataset_id], config.answer_settings)
             except Exception as exc:
                 raise_if_interrupted(exc)

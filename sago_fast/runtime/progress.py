@@ -77,3 +77,54 @@ class TqdmPasses:
         if self._bar is not None:
             self._bar.close()
             self._bar = None
+
+
+class LinePasses:
+    """Progress for logs (stderr not a terminal: CI, ``make demo > log``): a line at most every ``interval``
+    seconds while a pass runs: ``label stage: done/total units, tok/s, elapsed``."""
+
+    def __init__(self, label: str, interval: float = 30.0, file: Any = None, clock: Any = time.monotonic):
+        self.label = label
+        self.interval = interval
+        self.file = file
+        self.clock = clock
+        self._stage = ""
+        self._unit = ""
+        self._total = self._done = self._tokens = 0
+        self._started = self._last = 0.0
+
+    def _write(self, text: str) -> None:
+        import sys
+
+        out = self.file if self.file is not None else sys.stderr
+        print(f"sago: {text}", file=out, flush=True)
+
+    def start(self, stage: str, total: int, unit: str) -> None:
+        self._stage, self._unit, self._total = stage, unit, total
+        self._done = self._tokens = 0
+        self._started = self._last = self.clock()
+
+    def advance(self, n_items: int, n_tokens: int) -> None:
+        self._done += n_items
+        self._tokens += n_tokens
+        now = self.clock()
+        if now - self._last >= self.interval:
+            self._last = now
+            elapsed = max(now - self._started, 1e-9)
+            self._write(
+                f"{self.label} {self._stage}: {self._done}/{self._total} {self._unit}s, "
+                f"{self._tokens / elapsed:,.0f} tok/s, {elapsed:.0f} s"
+            )
+
+    def close(self) -> None:
+        return None
+
+
+def on_terminal() -> bool:
+    """Whether progress can be drawn as bars (stderr is a terminal)."""
+    import sys
+
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        return False

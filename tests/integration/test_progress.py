@@ -55,3 +55,55 @@ def test_tqdm_bar_shows_items_and_tokens_per_second():
     bar.close()
     text = out.getvalue()
     assert "m × d probe" in text and "10/10" in text and "tok/s" in text
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_lines_instead_of_bars_when_not_on_a_terminal():
+    """In a log (CI, `make demo > log`) a pass writes a line at most every interval seconds."""
+    from sago_fast.runtime.progress import LinePasses
+
+    out, clock = io.StringIO(), FakeClock()
+    lines = LinePasses("step-01200 × capitals", interval=30, file=out, clock=clock)
+    lines.start("prefill", 100, "prompt")
+    for _ in range(10):
+        clock.now += 10
+        lines.advance(10, 1000)
+    written = out.getvalue().splitlines()
+    assert len(written) == 3  # at 30, 60 and 90 seconds
+    assert written[0] == "sago: step-01200 × capitals prefill: 30/100 prompts, 100 tok/s, 30 s"
+    assert written[-1].startswith("sago: step-01200 × capitals prefill: 90/100 prompts")
+
+
+def test_the_run_names_the_unit_in_progress(tmp_path, checkpoints, cache_dir):
+    """Lines mode: each unit's start names it before its passes run, and its end says how it went."""
+    from sago_fast.run import RunConfig
+    from sago_fast.run.executors import local_outcomes
+    from sago_fast.run.progress import RunProgress
+    from sago_fast.run.units import plan_run
+
+    config = RunConfig(
+        models=(str(checkpoints["llama"]),),
+        datasets=("capitals", "comparison"),
+        db=tmp_path / "r.duckdb",
+        limit=2,
+        variants_per_family=1,
+        families=("typo",),
+        cache_dir=cache_dir,
+    )
+    plan = plan_run(config)
+    out = io.StringIO()
+    progress = RunProgress(len(plan.units), 0, "lines", file=out)
+    seen = []
+    for outcome in local_outcomes(plan, plan.units, config, progress):
+        seen.append(out.getvalue().splitlines()[-1])  # the last line before this unit finished
+        progress.unit_finished(outcome.checkpoint, outcome.error, outcome.seconds)
+    assert seen[0] == "sago: unit 1/2 started: llama × capitals"
+    assert seen[1] == "sago: unit 2/2 started: llama × comparison"
+    assert out.getvalue().splitlines()[-1].startswith("sago: unit 2/2 done in ")

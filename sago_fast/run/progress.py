@@ -1,0 +1,61 @@
+"""What a run shows while it works: on a terminal, tqdm's unit bar (naming the unit in progress) with one
+bar per model pass below it; elsewhere (CI, ``make demo > log``) lines on stderr, one when a unit starts
+and ends and at most one every ``interval`` seconds inside a pass (``prefill``, ``score``, ``generate``)."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any
+
+from sago_fast.runtime.progress import LinePasses, NoProgress, PassProgress, TqdmPasses, on_terminal
+
+LINE_INTERVAL_S = 30.0  # seconds between progress lines when stderr is not a terminal
+
+
+class RunProgress:
+    """mode: ``bars`` (terminal), ``lines`` (not a terminal) or ``off``. done: units already finished."""
+
+    def __init__(self, total: int, done: int, mode: str, *, interval: float = LINE_INTERVAL_S, file: Any = None):
+        self.total, self.done, self.mode = total, done, mode
+        self.interval = interval
+        self.file = file
+        self._bar: Any = None
+        self._started = time.monotonic()
+        if mode == "bars":
+            from tqdm import tqdm
+
+            self._bar = tqdm(total=total, initial=done, desc="sago run", unit="unit", file=file)
+
+    @classmethod
+    def choose(cls, total: int, done: int, enabled: bool) -> RunProgress:
+        return cls(total, done, "off" if not enabled else "bars" if on_terminal() else "lines")
+
+    def _line(self, text: str) -> None:
+        print(f"sago: {text}", file=self.file if self.file is not None else sys.stderr, flush=True)
+
+    def unit_started(self, label: str) -> PassProgress:
+        """A unit begins: the bar names it; returns what its model passes report to."""
+        if self.mode == "bars":
+            self._bar.set_postfix_str(label[-60:])
+            return TqdmPasses(label, file=self.file)
+        if self.mode == "lines":
+            self._line(f"unit {self.done + 1}/{self.total} started: {label}")
+            return LinePasses(label, self.interval, file=self.file)
+        return NoProgress()
+
+    def unit_finished(self, label: str, error: str | None, seconds: float) -> None:
+        self.done += 1
+        if self.mode == "bars":
+            self._bar.update(1)
+        elif self.mode == "lines":
+            how = f"failed ({error})" if error else f"done in {seconds:.1f} s"
+            self._line(
+                f"unit {self.done}/{self.total} {how}: {label} "
+                f"({time.monotonic() - self._started:.0f} s since the run started)"
+            )
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
