@@ -49,6 +49,8 @@ class ExportSettings:
 
 
 TASK_TYPES = ("multiple_choice", "generation", "pairwise")
+# the pooled outputs every exported graph has (besides the greedy step and the KV cache)
+POOLED_OUTPUTS = ("hidden_last", "hidden_mean", "next_logprobs", "target_logprobs")
 
 
 @dataclass(frozen=True)

@@ -18,8 +18,7 @@ from sago_fast.exporters.reweight import (
     make_parameters_distinct,
     reweightable_initializers,
 )
-from sago_fast.exporters.unified import OUTPUT_NAMES, unified_config
-from sago_fast.types import ExportSettings
+from sago_fast.types import POOLED_OUTPUTS, ExportSettings
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +52,8 @@ def _export_graph(model: Any, path: Path, settings: ExportSettings, checkpoint: 
     name) and a tied output matrix is stored once. When the graph with past inputs cannot be exported,
     the graph without them is (prefills and whole-sequence scoring work; generation is refused)."""
     from optimum.exporters.onnx import export as optimum_export
+
+    from sago_fast.exporters.unified import unified_config  # torch and Optimum: only when exporting
 
     def export(with_past: bool) -> None:
         optimum_export(
@@ -132,7 +133,7 @@ def export_checkpoint(
         "d_model": int(model.config.hidden_size),
         "vocab_size": int(model.get_output_embeddings().weight.shape[0]),
         "max_positions": _max_positions(model.config),
-        "outputs": list(OUTPUT_NAMES),
+        "outputs": list(POOLED_OUTPUTS),
         "eos_token_ids": eos_token_ids(checkpoint.path),
         "files": {"model": MODEL_FILE},
         "kv_cache": kv_cache,
