@@ -1,0 +1,165 @@
+"""The errors a new user meets first: one `sago: error:` line, exit code 2, found before any work starts
+(nothing trained, exported or written), naming the flag the user typed."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ZOO = Path(__file__).resolve().parents[2] / "sago_fast" / "zoo" / "shipped" / "step-01200"
+
+
+def sago(*args: str, cwd: Path | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "sago_fast.cli.app", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env={**os.environ, **(env or {})},
+        timeout=300,
+    )
+
+
+def one_line(proc: subprocess.CompletedProcess, *fragments: str) -> str:
+    assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("sago: error:"), proc.stderr[-2000:]
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+    return lines[0]
+
+
+@pytest.fixture
+def unwritable(tmp_path) -> Path:
+    """A folder no file can be created in, even by root: a path below a regular file."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    return blocker / "out"
+
+
+def test_bench_sizes_name_the_flag(tmp_path):
+    one_line(sago("bench", "-m", str(ZOO), "--json", str(tmp_path / "b.json"), "--batch-sizes", "a,b"),
+             "--batch-sizes", "'a'")
+    start = time.monotonic()
+    proc = sago("bench", "-m", str(ZOO), "--json", str(tmp_path / "b.json"), "--batch-sizes", "0")
+    one_line(proc, "--batch-sizes", "at least 1")
+    assert time.monotonic() - start < 30  # before the model is loaded (was ~12 s of work first)
+    one_line(sago("bench", "-m", str(ZOO), "--json", str(tmp_path / "b.json"), "--gen-tokens", "0"),
+             "--gen-tokens")
+    assert not (tmp_path / "b.json").exists()
+
+
+@pytest.mark.parametrize("value", ["0", "-3"])
+def test_zoo_eval_examples_must_be_positive(tmp_path, value):
+    one_line(sago("zoo", "--out", str(tmp_path / "zoo"), "--eval-examples", value), "--eval-examples")
+    assert not (tmp_path / "zoo").exists()
+
+
+def test_run_names_the_flags(tmp_path):
+    db = tmp_path / "r.duckdb"
+    one_line(sago("run", "-m", str(ZOO), "-d", "capitals", "--db", str(db), "-k", "0"), "-k/--variants-per-family")
+    one_line(sago("run", "-m", str(ZOO), "-d", "capitals", "--db", str(db), "--limit", "0"), "--limit")
+    assert not db.exists()
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["report", "--db", "{db}", "-o", "{out}/report.html"],
+        ["variants", "write", "-d", "capitals", "--limit", "2", "-o", "{out}/v.jsonl"],
+        ["bench", "-m", str(ZOO), "--json", "{out}/b.json", "--repeats", "1"],
+        ["export", str(ZOO), "-o", "{out}/onnx"],
+        ["probe", str(ZOO), "What is 2 + 3?", "--save", "{out}/p.npz"],
+        ["run", "-m", str(ZOO), "-d", "capitals", "--limit", "2", "--shard", "0/1", "--shard-dir", "{out}/shards"],
+        ["run", "-m", str(ZOO), "-d", "capitals", "--limit", "2", "--db", "{out}/r.duckdb"],
+        ["demo", "--out", "{out}/demo"],
+        ["zoo", "--out", "{out}/zoo"],
+    ],
+    ids=lambda c: " ".join(c[:2]),
+)
+def test_an_unwritable_output_is_caught_before_work(command, tmp_path, unwritable):
+    from sago_fast.store import Store
+
+    db = tmp_path / "r.duckdb"
+    Store(db).close()
+    args = [a.format(db=db, out=unwritable) for a in command]
+    start = time.monotonic()
+    one_line(sago(*args, env={"SAGO_CACHE_DIR": str(tmp_path / "cache")}), str(unwritable.parent))
+    assert time.monotonic() - start < 30
+    assert not (tmp_path / "cache" / "exports").exists()  # nothing was exported first
+
+
+@pytest.mark.parametrize("command", ["run", "demo", "probe", "bench"])
+@pytest.mark.parametrize("device", ["gpu", "cuda"])
+def test_devices_are_checked_before_anything_loads(command, device, tmp_path):
+    if device == "cuda":
+        from sago_fast.runtime.session import cuda_runs
+
+        if cuda_runs()[0]:
+            pytest.skip("CUDA runs here")
+    args = {
+        "run": ["run", "-m", str(ZOO), "-d", "capitals", "--limit", "2", "--db", str(tmp_path / "r.duckdb")],
+        "demo": ["demo", "--out", str(tmp_path / "demo")],
+        "probe": ["probe", str(ZOO), "What is 2 + 3?"],
+        "bench": ["bench", "-m", str(ZOO), "--json", str(tmp_path / "b.json")],
+    }[command]
+    start = time.monotonic()
+    one_line(sago(*args, "--device", device, env={"SAGO_CACHE_DIR": str(tmp_path / "cache")}), "--device")
+    assert time.monotonic() - start < 15  # the issue's bound is 5 s; imports on a loaded 2-core CI vary
+    assert not (tmp_path / "r.duckdb").exists() and not (tmp_path / "demo").exists()
+    assert not (tmp_path / "cache").exists()
+
+
+def test_an_unreachable_hub_is_one_line_at_once(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")}
+    env["HF_ENDPOINT"] = "http://127.0.0.1:9"  # the discard port: nothing listens, the connection is refused
+    start = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-m", "sago_fast.cli.app", "variants", "preview", "-d", "hf:nonexistent/dataset"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    one_line(proc, "hf:nonexistent/dataset", "cannot reach")
+    assert time.monotonic() - start < 20
+
+
+def test_merge_of_a_missing_folder_says_missing(tmp_path):
+    one_line(sago("merge", str(tmp_path / "nope"), "--db", str(tmp_path / "m.duckdb")), "no such shard folder")
+    assert not (tmp_path / "m.duckdb").exists()
+
+
+def test_ctrl_c_exits_130_even_after_an_interrupted_exec(tmp_path):
+    """CPython ends a `python -m` process with SIGINT (-2) when a KeyboardInterrupt passed through any
+    exec() of source (dataclasses and Numba build code that way), even if it was caught and handled; the
+    CLI must still exit 130 with its one line."""
+    import signal
+
+    module = tmp_path / "interrupted_cli.py"
+    module.write_text(
+        "import sago_fast.cli.app as cli\n"
+        "def slow():\n"
+        "    print('ready', flush=True)\n"
+        "    exec('import time\\nfor _ in range(600):\\n    time.sleep(0.1)')\n"
+        "cli.app = slow\n"
+        "cli.main()\n"
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-m", "interrupted_cli"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])},
+    )
+    assert process.stdout is not None and process.stdout.readline().strip() == "ready"
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130, (process.returncode, stderr)
+    assert stderr.strip().splitlines()[-1].startswith("sago: interrupted")
