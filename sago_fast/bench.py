@@ -370,7 +370,9 @@ def parse_ints(values: Sequence[str] | None, default: tuple[int, ...], flag: str
             try:
                 value = int(text)
             except ValueError:
-                raise InputError(f"{flag}: {text!r} is not a whole number (expected e.g. {flag} 1,8)") from None
+                raise InputError(
+                    f"{flag}: {text!r} is not a whole number (expected e.g. {flag} 1,8)"
+                ) from None
             if value < 1:
                 raise InputError(f"{flag}: sizes must be at least 1, not {value}")
             out.append(value)

@@ -23,18 +23,25 @@ def probe_command(
 ) -> None:
     import numpy as np
 
-    from sago_fast.errors import InputError
-
     import sago_fast
     from sago_fast.atomic import check_writable
+    from sago_fast.checkpoints.resolve import resolve_checkpoint
+    from sago_fast.exporters.cache import ExportCache
+    from sago_fast.runtime.light import tokenizers_without_torch
+    from sago_fast.types import ExportSettings
+    from sago_fast.errors import InputError
     from sago_fast.runtime.session import check_device
 
     if top_k < 1:
         raise InputError(f"--top-k must be at least 1, not {top_k}")
-    check_device(device)
+    resolved = check_device(device)
     if save is not None:
         check_writable(save, what="--save")
-    model = sago_fast.load_model(checkpoint, device=device, cache_dir=cache_dir)
+    ckpt = resolve_checkpoint(checkpoint)
+    settings = ExportSettings(dtype="fp16" if resolved == "cuda" else "fp32")
+    if ExportCache(cache_dir).lookup(ckpt, settings) is not None:
+        tokenizers_without_torch()  # nothing to export: the tokenizer is all transformers is needed for
+    model = sago_fast.load_model(ckpt, device=device, cache_dir=cache_dir)
     result = model.probe(texts)
     typer.echo(
         f"{model.provider}: hidden_last/hidden_mean {tuple(result.hidden_last.shape)}, "

@@ -131,6 +131,12 @@ class ExportCache:
     def entry_path(self, key: str) -> Path:
         return self.root / key
 
+    def lookup(self, checkpoint: Checkpoint, settings: ExportSettings = ExportSettings()) -> ExportedModel | None:
+        """The finished entry of ``checkpoint``, or None (nothing is exported)."""
+        final = self.entry_path(export_key(checkpoint, settings))
+        manifest = _read_entry(final)
+        return None if manifest is None else ExportedModel(final, manifest, reused=True)
+
     def get_or_export(
         self, checkpoint: Checkpoint, settings: ExportSettings = ExportSettings(), *, reweight: bool = True
     ) -> ExportedModel:

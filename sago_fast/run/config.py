@@ -82,7 +82,9 @@ class RunConfig:
         if self.limit is not None and self.limit < 1:
             raise InputError(f"--limit (limit) must be at least 1, not {self.limit}")
         if self.max_new_tokens < 1:
-            raise InputError(f"--max-new-tokens (max_new_tokens) must be at least 1, not {self.max_new_tokens}")
+            raise InputError(
+                f"--max-new-tokens (max_new_tokens) must be at least 1, not {self.max_new_tokens}"
+            )
         if self.device not in DEVICES:
             raise InputError(f"--device (device) must be one of {', '.join(DEVICES)}, not {self.device!r}")
         if any(not isinstance(s, str) or not s for s in self.stop):

@@ -95,9 +95,9 @@ def run(config: RunConfig, *, command: str = "run", progress: bool = True) -> Ru
             shown.unit_finished(where, outcome.error if outcome.rows is None else None, outcome.seconds)
     except KeyboardInterrupt:
         # wherever Ctrl-C lands (a unit, a write, between units): one line saying what is kept
-        where = config.db if config.shard is None else config.shard_dir
+        kept_in = config.db if config.shard is None else config.shard_dir
         raise Interrupted(
-            f"{len(results) + skipped} of {len(units)} units are finished and kept in {where}; the unit in "
+            f"{len(results) + skipped} of {len(units)} units are finished and kept in {kept_in}; the unit in "
             "progress was not written. Run the same command again to resume."
         ) from None
     finally:

@@ -16,7 +16,9 @@ LINE_INTERVAL_S = 30.0  # seconds between progress lines when stderr is not a te
 class RunProgress:
     """mode: ``bars`` (terminal), ``lines`` (not a terminal) or ``off``. done: units already finished."""
 
-    def __init__(self, total: int, done: int, mode: str, *, interval: float = LINE_INTERVAL_S, file: Any = None):
+    def __init__(
+        self, total: int, done: int, mode: str, *, interval: float = LINE_INTERVAL_S, file: Any = None
+    ):
         self.total, self.done, self.mode = total, done, mode
         self.interval = interval
         self.file = file

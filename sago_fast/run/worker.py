@@ -19,8 +19,8 @@ from sago_fast.datasets.resolve import Dataset
 from sago_fast.errors import raise_if_interrupted
 from sago_fast.run.config import RunConfig
 from sago_fast.run.evaluate import evaluate_unit, variant_rows
-from sago_fast.run.units import Unit
 from sago_fast.run.progress import RunProgress
+from sago_fast.run.units import Unit
 from sago_fast.runtime.progress import NoProgress
 from sago_fast.store.schema import RESULT_TABLES
 from sago_fast.types import Variant

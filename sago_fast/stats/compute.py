@@ -36,6 +36,7 @@ from sago_fast.stats.data import ACCURACY, AXES, Key, RunData
 from sago_fast.stats.methods import (
     StatsConfig,
     bh_adjust,
+    bootstrap_ci,
     correlation_permutation_p,
     is_binary,
     kendall_tau_b_rows,
@@ -46,7 +47,6 @@ from sago_fast.stats.methods import (
     paired_mean_difference,
     partial_spearman,
     pearson,
-    bootstrap_ci,
 )
 from sago_fast.stats.nulls import like_for_like, null_for
 
@@ -256,6 +256,7 @@ def _comparisons(data: RunData, config: StatsConfig, out: Columns) -> None:
                     continue
                 stream = _stream(dataset, metric, model_a, model_b)
                 binary = is_binary(a, b)
+                p: float | None
                 if binary:  # paired 0/1 (accuracy): exact McNemar on the discordant examples
                     low, high = bootstrap_ci(a - b, config, stream=stream)
                     p, test = mcnemar_p(a > 0, b > 0), "mcnemar"

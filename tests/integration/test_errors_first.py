@@ -43,14 +43,18 @@ def unwritable(tmp_path) -> Path:
 
 
 def test_bench_sizes_name_the_flag(tmp_path):
-    one_line(sago("bench", "-m", str(ZOO), "--json", str(tmp_path / "b.json"), "--batch-sizes", "a,b"),
-             "--batch-sizes", "'a'")
+    one_line(
+        sago("bench", "-m", str(ZOO), "--json", str(tmp_path / "b.json"), "--batch-sizes", "a,b"),
+        "--batch-sizes",
+        "'a'",
+    )
     start = time.monotonic()
     proc = sago("bench", "-m", str(ZOO), "--json", str(tmp_path / "b.json"), "--batch-sizes", "0")
     one_line(proc, "--batch-sizes", "at least 1")
     assert time.monotonic() - start < 30  # before the model is loaded (was ~12 s of work first)
-    one_line(sago("bench", "-m", str(ZOO), "--json", str(tmp_path / "b.json"), "--gen-tokens", "0"),
-             "--gen-tokens")
+    one_line(
+        sago("bench", "-m", str(ZOO), "--json", str(tmp_path / "b.json"), "--gen-tokens", "0"), "--gen-tokens"
+    )
     assert not (tmp_path / "b.json").exists()
 
 
@@ -62,7 +66,9 @@ def test_zoo_eval_examples_must_be_positive(tmp_path, value):
 
 def test_run_names_the_flags(tmp_path):
     db = tmp_path / "r.duckdb"
-    one_line(sago("run", "-m", str(ZOO), "-d", "capitals", "--db", str(db), "-k", "0"), "-k/--variants-per-family")
+    one_line(
+        sago("run", "-m", str(ZOO), "-d", "capitals", "--db", str(db), "-k", "0"), "-k/--variants-per-family"
+    )
     one_line(sago("run", "-m", str(ZOO), "-d", "capitals", "--db", str(db), "--limit", "0"), "--limit")
     assert not db.exists()
 
@@ -75,7 +81,19 @@ def test_run_names_the_flags(tmp_path):
         ["bench", "-m", str(ZOO), "--json", "{out}/b.json", "--repeats", "1"],
         ["export", str(ZOO), "-o", "{out}/onnx"],
         ["probe", str(ZOO), "What is 2 + 3?", "--save", "{out}/p.npz"],
-        ["run", "-m", str(ZOO), "-d", "capitals", "--limit", "2", "--shard", "0/1", "--shard-dir", "{out}/shards"],
+        [
+            "run",
+            "-m",
+            str(ZOO),
+            "-d",
+            "capitals",
+            "--limit",
+            "2",
+            "--shard",
+            "0/1",
+            "--shard-dir",
+            "{out}/shards",
+        ],
         ["run", "-m", str(ZOO), "-d", "capitals", "--limit", "2", "--db", "{out}/r.duckdb"],
         ["demo", "--out", "{out}/demo"],
         ["zoo", "--out", "{out}/zoo"],
@@ -131,7 +149,9 @@ def test_an_unreachable_hub_is_one_line_at_once(tmp_path):
 
 
 def test_merge_of_a_missing_folder_says_missing(tmp_path):
-    one_line(sago("merge", str(tmp_path / "nope"), "--db", str(tmp_path / "m.duckdb")), "no such shard folder")
+    one_line(
+        sago("merge", str(tmp_path / "nope"), "--db", str(tmp_path / "m.duckdb")), "no such shard folder"
+    )
     assert not (tmp_path / "m.duckdb").exists()
 
 
@@ -163,3 +183,18 @@ def test_ctrl_c_exits_130_even_after_an_interrupted_exec(tmp_path):
     _, stderr = process.communicate(timeout=60)
     assert process.returncode == 130, (process.returncode, stderr)
     assert stderr.strip().splitlines()[-1].startswith("sago: interrupted")
+
+
+def test_probe_from_the_export_cache_does_not_import_torch(tmp_path):
+    """Start-up: a probe whose export is cached needs transformers' tokenizer only (torch cost ~4.5 s)."""
+    cache = tmp_path / "exports"
+    assert sago("probe", str(ZOO), "What is 2 + 3?", "--cache-dir", str(cache)).returncode == 0  # exports
+    code = (
+        "import sys\n"
+        "from sago_fast.cli.app import app\n"
+        f"app(['probe', {str(ZOO)!r}, 'What is 2 + 3?', '--cache-dir', {str(cache)!r}], standalone_mode=False)\n"
+        "print('torch imported:', 'torch' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "torch imported: False" in done.stdout and "next_logprobs (1, 1024)" in done.stdout

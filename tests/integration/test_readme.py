@@ -141,9 +141,7 @@ def test_block_runs_as_written(block, demo_folder, tmp_path):
         command = [sys.executable, "-c", text]
     else:
         command = ["bash", "-euo", "pipefail", "-c", text]
-    done = subprocess.run(
-        command, cwd=folder, env=_env(folder), capture_output=True, text=True, timeout=600
-    )
+    done = subprocess.run(command, cwd=folder, env=_env(folder), capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, f"{block.name}:\n{block.text}\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
     assert "Traceback" not in done.stderr, done.stderr[-3000:]
 

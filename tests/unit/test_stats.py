@@ -19,8 +19,8 @@ from sago_fast.stats.methods import (
     mcnemar_p,
     mean_inference,
     nemenyi_cd,
-    partial_spearman,
     paired_mean_difference,
+    partial_spearman,
     rounded_differences,
 )
 
@@ -299,7 +299,10 @@ def test_no_row_contradicts_itself():
             checked_pairs += 1
         by_key = {(r["dataset_id"], r["metric"], r["model_a"], r["model_b"]): r for r in comparisons}
         for rev in table_rows(tables.rank_reversals):
-            for dataset, diff in ((rev["dataset_a"], rev["difference_a"]), (rev["dataset_b"], rev["difference_b"])):
+            for dataset, diff in (
+                (rev["dataset_a"], rev["difference_a"]),
+                (rev["dataset_b"], rev["difference_b"]),
+            ):
                 row = by_key[(dataset, rev["metric"], rev["model_a"], rev["model_b"])]
                 assert row["difference"] == diff and row["p_adjusted"] < 0.05
                 assert (row["ci_low"] > 0) if diff > 0 else (row["ci_high"] < 0), row
