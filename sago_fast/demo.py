@@ -31,8 +31,11 @@ class DemoConfig:
     zoo: ZooConfig = field(default_factory=ZooConfig)
 
 
-def run_demo(config: DemoConfig = DemoConfig(), *, progress: bool = True) -> RunResult:
-    """The device and the output folder are checked before anything is copied, trained or exported."""
+def run_demo(
+    config: DemoConfig = DemoConfig(), *, progress: bool = True, light_start: bool = False
+) -> RunResult:
+    """The device and the output folder are checked before anything is copied, trained or exported.
+    light_start: see :func:`sago_fast.run.run` (the CLI's choice)."""
     from sago_fast.atomic import check_writable
     from sago_fast.errors import InputError
     from sago_fast.runtime.session import check_device
@@ -51,4 +54,4 @@ def run_demo(config: DemoConfig = DemoConfig(), *, progress: bool = True) -> Run
         device=config.device,
         cache_dir=config.out_dir / "exports",
     )
-    return run(run_config, command="demo", progress=progress)
+    return run(run_config, command="demo", progress=progress, light_start=light_start)

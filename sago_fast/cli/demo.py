@@ -34,7 +34,7 @@ def demo_command(
     from sago_fast.store import Store
     from sago_fast.store.queries import summary_rows
 
-    result = run_demo(DemoConfig(out_dir=out, device=device, n_examples=n_examples))
+    result = run_demo(DemoConfig(out_dir=out, device=device, n_examples=n_examples), light_start=True)
     db = str(result.db_path)  # the demo never shards: it always writes its database
     with Store(db, read_only=True) as store:
         columns, rows = summary_rows(store, result.run_id)

@@ -151,7 +151,7 @@ def run_command(
         run_config = RunConfig.from_yaml(config, **given)
     else:
         run_config = RunConfig(**{k: v for k, v in given.items() if v is not None})
-    result = run(run_config)
+    result = run(run_config, light_start=True)
     if result.db_path is None:
         typer.echo(f"{result.describe()}; shard {run_config.shard} -> {result.shard_dir}")
         return

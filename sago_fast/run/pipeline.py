@@ -15,6 +15,7 @@ from sago_fast.run.sinks import DuckDBSink, ParquetShardSink, Sink
 from sago_fast.run.units import parse_shard, plan_run
 from sago_fast.run.worker import UnitOutcome
 from sago_fast.runinfo import run_row
+from sago_fast.runtime.light import tokenizers_without_torch
 from sago_fast.store import Store
 
 log = logging.getLogger(__name__)
@@ -54,13 +55,18 @@ class RunResult:
         )
 
 
-def run(config: RunConfig, *, command: str = "run", progress: bool = True) -> RunResult:
+def run(
+    config: RunConfig, *, command: str = "run", progress: bool = True, light_start: bool = False
+) -> RunResult:
     """Evaluate every unit (checkpoint × dataset) of ``config`` that is not done yet.
 
     Datasets, checkpoints and the database are validated before any model is exported, so bad input
     fails fast. Re-running the same command continues the same run (its id is a hash of the settings and
     the units' content keys) and skips finished units. A unit that fails does not stop the others; the
-    failures are raised together (:class:`UnitsFailedError`) after every other unit is written."""
+    failures are raised together (:class:`UnitsFailedError`) after every other unit is written.
+
+    light_start: when every export is already cached, load tokenizers without importing torch (~4.5 s);
+    for a process that exports nothing afterwards (the CLI), since transformers keeps that choice."""
     check_run_outputs(config)
     plan = plan_run(config)
     shard = parse_shard(config.shard)
@@ -73,6 +79,8 @@ def run(config: RunConfig, *, command: str = "run", progress: bool = True) -> Ru
     )
     finished = sink.finished(plan.run_id, [u.unit_id for u in units])
     todo = [u for u in units if u.unit_id not in finished]
+    if light_start and config.executor == "local" and _all_exported(todo, config):
+        tokenizers_without_torch()  # start-up: nothing to export, transformers is needed for tokenizers only
     skipped = len(units) - len(todo)
     if skipped:
         log.info("run %s: %d of %d units already done, skipped", plan.run_id, skipped, len(units))
@@ -130,6 +138,17 @@ def run(config: RunConfig, *, command: str = "run", progress: bool = True) -> Ru
             f"{len(failed)} of {len(units)} units failed (the {len(results) + skipped} others are kept): {reasons}{more}"
         )
     return result
+
+
+def _all_exported(units: list, config: RunConfig) -> bool:
+    """Whether every checkpoint of ``units`` has its export in the cache already."""
+    from sago_fast.exporters.cache import ExportCache
+    from sago_fast.types import ExportSettings
+
+    cache = ExportCache(config.cache_dir)
+    settings = ExportSettings(dtype="fp16" if config.device == "cuda" else "fp32")
+    checkpoints = {u.model_id: u.checkpoint for u in units}
+    return config.device != "auto" and all(cache.lookup(c, settings) is not None for c in checkpoints.values())
 
 
 def check_run_outputs(config: RunConfig) -> None:

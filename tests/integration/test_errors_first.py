@@ -198,3 +198,32 @@ def test_probe_from_the_export_cache_does_not_import_torch(tmp_path):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "torch imported: False" in done.stdout and "next_logprobs (1, 1024)" in done.stdout
+
+
+def test_run_with_every_export_cached_does_not_import_torch(tmp_path):
+    cache = tmp_path / "exports"
+    args = [
+        "run",
+        "-m",
+        str(ZOO),
+        "-d",
+        "capitals",
+        "--limit",
+        "2",
+        "-k",
+        "1",
+        "--no-stats",
+        "--cache-dir",
+        str(cache),
+    ]
+    first = sago(*args, "--db", str(tmp_path / "a.duckdb"))
+    assert first.returncode == 0, first.stderr[-2000:]
+    code = (
+        "import sys\n"
+        "from sago_fast.cli.app import app\n"
+        f"app({[*args, '--db', str(tmp_path / 'b.duckdb')]!r}, standalone_mode=False)\n"
+        "print('torch imported:', 'torch' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "torch imported: False" in done.stdout and "1 units run" in done.stdout

@@ -161,3 +161,29 @@ def test_old_schema_is_migrated_and_newer_refused(tmp_path):
     with pytest.raises(StoreError, match="newer than this sago_fast"):
         write_report(db, tmp_path / "new.html")
     assert not (tmp_path / "new.html").exists()
+
+
+def test_one_model_says_what_the_comparisons_need(tmp_path, checkpoints, cache_dir):
+    """A one-model run draws no one-dot rank plot or one-point training curve: it says what they need."""
+    from sago_fast.run import RunConfig, run
+
+    db = tmp_path / "one.duckdb"
+    config = RunConfig(
+        models=(str(checkpoints["llama"]),),
+        datasets=("capitals",),
+        db=db,
+        limit=3,
+        variants_per_family=1,
+        families=("typo", "option_permutation"),
+        cache_dir=cache_dir,
+    )
+    run(config, progress=False)
+    html = write_report(db, tmp_path / "one.html").read_text(encoding="utf-8")
+    assert "Not drawn: a ranking needs at least 2 models (this run has 1)" in html
+    assert "Not drawn: a curve over training needs at least 2 checkpoints (this run has 1)" in html
+
+
+def test_two_models_draw_both_sections(run_db, tmp_path):
+    db, _ = run_db
+    html = write_report(db, tmp_path / "r.html").read_text(encoding="utf-8")
+    assert "Not drawn" not in html and "<svg" in html
