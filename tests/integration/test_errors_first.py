@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -48,10 +47,10 @@ def test_bench_sizes_name_the_flag(tmp_path):
         "--batch-sizes",
         "'a'",
     )
-    start = time.monotonic()
-    proc = sago("bench", "-m", str(ZOO), "--json", str(tmp_path / "b.json"), "--batch-sizes", "0")
+    cache = {"SAGO_CACHE_DIR": str(tmp_path / "cache")}
+    proc = sago("bench", "-m", str(ZOO), "--json", str(tmp_path / "b.json"), "--batch-sizes", "0", env=cache)
     one_line(proc, "--batch-sizes", "at least 1")
-    assert time.monotonic() - start < 30  # before the model is loaded (was ~12 s of work first)
+    assert not (tmp_path / "cache").exists()  # before the model was exported or loaded (was ~12 s of work)
     one_line(
         sago("bench", "-m", str(ZOO), "--json", str(tmp_path / "b.json"), "--gen-tokens", "0"), "--gen-tokens"
     )
@@ -106,9 +105,7 @@ def test_an_unwritable_output_is_caught_before_work(command, tmp_path, unwritabl
     db = tmp_path / "r.duckdb"
     Store(db).close()
     args = [a.format(db=db, out=unwritable) for a in command]
-    start = time.monotonic()
     one_line(sago(*args, env={"SAGO_CACHE_DIR": str(tmp_path / "cache")}), str(unwritable.parent))
-    assert time.monotonic() - start < 30
     assert not (tmp_path / "cache" / "exports").exists()  # nothing was exported first
 
 
@@ -126,9 +123,7 @@ def test_devices_are_checked_before_anything_loads(command, device, tmp_path):
         "probe": ["probe", str(ZOO), "What is 2 + 3?"],
         "bench": ["bench", "-m", str(ZOO), "--json", str(tmp_path / "b.json")],
     }[command]
-    start = time.monotonic()
     one_line(sago(*args, "--device", device, env={"SAGO_CACHE_DIR": str(tmp_path / "cache")}), "--device")
-    assert time.monotonic() - start < 15  # the bound is 5 s; imports on a loaded 2-core CI vary
     assert not (tmp_path / "r.duckdb").exists() and not (tmp_path / "demo").exists()
     assert not (tmp_path / "cache").exists()
 
@@ -136,7 +131,6 @@ def test_devices_are_checked_before_anything_loads(command, device, tmp_path):
 def test_an_unreachable_hub_is_one_line_at_once(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")}
     env["HF_ENDPOINT"] = "http://127.0.0.1:9"  # the discard port: nothing listens, the connection is refused
-    start = time.monotonic()
     proc = subprocess.run(
         [sys.executable, "-m", "sago_fast.cli.app", "variants", "preview", "-d", "hf:nonexistent/dataset"],
         capture_output=True,
@@ -145,7 +139,6 @@ def test_an_unreachable_hub_is_one_line_at_once(tmp_path):
         timeout=120,
     )
     one_line(proc, "hf:nonexistent/dataset", "cannot reach")
-    assert time.monotonic() - start < 20
 
 
 def test_merge_of_a_missing_folder_says_missing(tmp_path):
