@@ -26,11 +26,11 @@ def probe_command(
     import sago_fast
     from sago_fast.atomic import check_writable
     from sago_fast.checkpoints.resolve import resolve_checkpoint
+    from sago_fast.errors import InputError
     from sago_fast.exporters.cache import ExportCache
     from sago_fast.runtime.light import tokenizers_without_torch
-    from sago_fast.types import ExportSettings
-    from sago_fast.errors import InputError
     from sago_fast.runtime.session import check_device
+    from sago_fast.types import ExportSettings
 
     if top_k < 1:
         raise InputError(f"--top-k must be at least 1, not {top_k}")

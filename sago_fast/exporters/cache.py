@@ -131,7 +131,9 @@ class ExportCache:
     def entry_path(self, key: str) -> Path:
         return self.root / key
 
-    def lookup(self, checkpoint: Checkpoint, settings: ExportSettings = ExportSettings()) -> ExportedModel | None:
+    def lookup(
+        self, checkpoint: Checkpoint, settings: ExportSettings = ExportSettings()
+    ) -> ExportedModel | None:
         """The finished entry of ``checkpoint``, or None (nothing is exported)."""
         final = self.entry_path(export_key(checkpoint, settings))
         manifest = _read_entry(final)

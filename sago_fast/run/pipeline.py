@@ -148,7 +148,9 @@ def _all_exported(units: list, config: RunConfig) -> bool:
     cache = ExportCache(config.cache_dir)
     settings = ExportSettings(dtype="fp16" if config.device == "cuda" else "fp32")
     checkpoints = {u.model_id: u.checkpoint for u in units}
-    return config.device != "auto" and all(cache.lookup(c, settings) is not None for c in checkpoints.values())
+    return config.device != "auto" and all(
+        cache.lookup(c, settings) is not None for c in checkpoints.values()
+    )
 
 
 def check_run_outputs(config: RunConfig) -> None:
