@@ -27,7 +27,7 @@ from transformers import AutoModelForCausalLM
 
 import sago_fast
 from sago_fast.checkpoints.tiny import TinySize, build_tiny_checkpoint
-from sago_fast.exporters.pooled import pooled_forward
+from sago_fast.exporters.unified import pooled_forward
 from sago_fast.runtime.batching import BatchPolicy, left_pad
 
 WORDS = (

@@ -183,7 +183,7 @@ def run_bench(
     from transformers import AutoModelForCausalLM
 
     import sago_fast
-    from sago_fast.exporters.pooled import pooled_forward
+    from sago_fast.exporters.unified import pooled_forward
     from sago_fast.runtime.batching import BatchPolicy
     from sago_fast.runtime.generate import GenerationSettings
 

@@ -76,6 +76,21 @@ class Example:
 
 
 @dataclass(frozen=True)
+class Dataset:
+    """The examples of one ``--dataset``, read and validated (``datasets.resolve.load_dataset``)."""
+
+    dataset_id: str  # suite name, or file stem + content hash prefix
+    name: str
+    source: str  # "built-in" or the file path
+    examples: tuple[Example, ...]
+    reader: str = "builtin"  # "builtin", "sago" (the SPEC schema), or a published format (mmlu, arc, ...)
+
+    @property
+    def task_types(self) -> tuple[str, ...]:
+        return tuple(sorted({e.task_type for e in self.examples}))
+
+
+@dataclass(frozen=True)
 class Variant:
     """One rendering of an example.
 

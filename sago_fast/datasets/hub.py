@@ -15,6 +15,7 @@ from typing import Any
 from sago_fast.datasets.formats import detect, parse_records
 from sago_fast.datasets.readers import FieldMap, parse_record, unique_examples
 from sago_fast.errors import InputError
+from sago_fast.types import Dataset
 
 OFFLINE_MARKERS = ("offline", "couldn't reach", "connection", "name resolution", "max retries", "timed out")
 
@@ -52,8 +53,6 @@ def hub_unreachable(timeout: float = 3.0) -> str | None:
 
 def load_hub_dataset(spec: str, fields: FieldMap, limit: int | None) -> Any:
     from pathlib import Path
-
-    from sago_fast.datasets.resolve import Dataset
 
     name, config, split = parse_spec(spec)
     try:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import csv
 import hashlib
 import logging
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -15,22 +14,9 @@ from sago_fast.datasets.readers import FieldMap, examples_from_records, has_fiel
 from sago_fast.errors import InputError
 from sago_fast.hashing import update_with_file
 from sago_fast.registry import UnknownNameError
-from sago_fast.types import Example
+from sago_fast.types import Dataset, Example
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Dataset:
-    dataset_id: str  # suite name, or file stem + content hash prefix
-    name: str
-    source: str  # "built-in" or the file path
-    examples: tuple[Example, ...]
-    reader: str = "builtin"  # "builtin", "sago" (the SPEC schema), or a published format (mmlu, arc, ...)
-
-    @property
-    def task_types(self) -> tuple[str, ...]:
-        return tuple(sorted({e.task_type for e in self.examples}))
 
 
 def _file_hash(path: Path) -> str:

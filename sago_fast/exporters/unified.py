@@ -117,6 +117,16 @@ def unified_forward(
     }
 
 
+def pooled_forward(
+    model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor
+) -> dict[str, torch.Tensor]:
+    """hidden_last, hidden_mean and next_logprobs of a left-padded batch: the graph's prefill computation
+    run eagerly in torch (the reference engine of ``sago bench`` and the GPU tests)."""
+    targets = input_ids[:, :0]  # nothing to score
+    out = unified_forward(model, input_ids, attention_mask, None, targets, with_past=False)
+    return {name: out[name] for name in ("hidden_last", "hidden_mean", "next_logprobs")}
+
+
 def _legacy(cache: Any) -> tuple[tuple[torch.Tensor, torch.Tensor], ...]:
     legacy = cache.to_legacy_cache() if hasattr(cache, "to_legacy_cache") else cache
     return tuple((key, value) for key, value in legacy)

@@ -16,6 +16,7 @@ import numpy as np
 
 from sago_fast.registry import Registry
 from sago_fast.types import Example
+from sago_fast.variants.labels import answer_label
 
 
 @dataclass(frozen=True)
@@ -37,9 +38,7 @@ class RenderSpec:
 
     @property
     def option_labels(self) -> tuple[str, ...]:
-        """The answer label of each displayed position (``A``, ``a``, ``1``, ``i``), see render.answer_label."""
-        from sago_fast.variants.render import answer_label
-
+        """The answer label of each displayed position (``A``, ``a``, ``1``, ``i``), see labels.answer_label."""
         return tuple(answer_label(j, self.enumerator) for j in range(len(self.option_order)))
 
     @classmethod

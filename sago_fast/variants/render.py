@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from sago_fast.types import Example
 from sago_fast.variants.base import RenderSpec
+from sago_fast.variants.labels import answer_label, option_label
 
 TEMPLATES: dict[str, tuple[str, ...]] = {
     "multiple_choice": (
@@ -34,26 +35,6 @@ TEMPLATES: dict[str, tuple[str, ...]] = {
         "Reply to the following.",
     ),
 }
-ROMAN = ("i", "ii", "iii", "iv", "v", "vi", "vii", "viii", "ix", "x")
-
-
-def option_label(position: int, enumerator: str) -> str:
-    """Displayed label of option ``position`` (0-based)."""
-    if enumerator == "upper":
-        return f"{chr(65 + position)}."
-    if enumerator == "paren":
-        return f"({chr(97 + position)})"
-    if enumerator == "number":
-        return f"{position + 1})"
-    if enumerator == "roman":
-        return f"{ROMAN[position]}."
-    raise ValueError(f"unknown enumerator {enumerator!r}")
-
-
-def answer_label(position: int, enumerator: str) -> str:
-    """The label a ``letter`` answer names for option ``position``: the displayed label without its
-    punctuation ("A." -> "A", "(a)" -> "a", "1)" -> "1", "i." -> "i")."""
-    return option_label(position, enumerator).strip("().")
 
 
 def field_name(name: str, case: str) -> str:

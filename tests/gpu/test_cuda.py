@@ -14,7 +14,7 @@ from transformers import AutoModelForCausalLM
 
 import sago_fast
 from sago_fast.checkpoints.tiny import ARCHITECTURES
-from sago_fast.exporters.pooled import pooled_forward
+from sago_fast.exporters.unified import pooled_forward
 from sago_fast.runtime.batching import left_pad
 from sago_fast.runtime.generate import GenerationSettings
 
