@@ -11,6 +11,8 @@ ECE per family is a dataset-level figure (:func:`expected_calibration_error`).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from sago_fast.axes.items import ExampleView, item_scorer
@@ -79,3 +81,19 @@ def expected_calibration_error(confidence: np.ndarray, correct: np.ndarray, n_bi
         if in_bin.any():
             ece += in_bin.mean() * abs(correct[in_bin].mean() - confidence[in_bin].mean())
     return float(ece)
+
+
+def calibration_by_family(
+    confidence: np.ndarray, correct: np.ndarray, families: Sequence[str], meaning_preserving: np.ndarray
+) -> tuple[dict[str, float], float]:
+    """ECE per variant family, and ``ece_spread``: max - min over the families whose variants all
+    preserve meaning (each variant's own flag, so a user family marked not meaning preserving is left out
+    like ``wrong_hint``). All arrays are per variant of the unit."""
+    family_of = np.asarray(families)
+    preserving = np.asarray(meaning_preserving, dtype=bool)
+    eces = {}
+    for family in sorted(set(family_of.tolist())):
+        mask = family_of == family
+        eces[family] = expected_calibration_error(np.asarray(confidence)[mask], np.asarray(correct)[mask])
+    kept = [e for f, e in eces.items() if preserving[family_of == f].all()]
+    return eces, float(np.ptp(kept)) if kept else float("nan")

@@ -13,7 +13,7 @@ import numpy as np
 from sago_fast.axes import ExampleView, scorers_for
 from sago_fast.axes.activation import activation_scores
 from sago_fast.axes.catalogue import check_written
-from sago_fast.axes.confidence import expected_calibration_error, gold_margin
+from sago_fast.axes.confidence import calibration_by_family, gold_margin
 from sago_fast.axes.records import ExampleOutputs, ItemScore
 from sago_fast.datasets.resolve import Dataset
 from sago_fast.errors import InputError
@@ -162,16 +162,15 @@ def evaluate_unit(
 
     _replicate(model, data, variants, probe, tables, settings)
 
-    confidence = np.array([answer_confidence(a) for a in answers])
-    correct = np.array([a.correct for a in answers])
-    family_of = np.array([v.family for v in variants])
-    eces = {}
-    for family in sorted(set(family_of)):
-        mask = family_of == family
-        eces[family] = expected_calibration_error(confidence[mask], correct[mask])
-        _dataset_row(tables, "confidence", "ece", family, None, None, eces[family])
-    preserving_eces = [e for f, e in eces.items() if f != "wrong_hint"]
-    _dataset_row(tables, "confidence", "ece_spread", None, None, None, float(np.ptp(preserving_eces)))
+    eces, spread = calibration_by_family(
+        np.array([answer_confidence(a) for a in answers]),
+        np.array([a.correct for a in answers]),
+        [v.family for v in variants],
+        np.array([v.meaning_preserving for v in variants]),
+    )
+    for family, ece in eces.items():
+        _dataset_row(tables, "confidence", "ece", family, None, None, ece)
+    _dataset_row(tables, "confidence", "ece_spread", None, None, None, spread)
     return tables
 
 

@@ -9,7 +9,7 @@ import pytest
 from scipy.spatial.distance import jensenshannon
 
 from sago_fast.axes.activation import activation_scores
-from sago_fast.axes.confidence import confidence_scores, expected_calibration_error
+from sago_fast.axes.confidence import calibration_by_family, confidence_scores, expected_calibration_error
 from sago_fast.axes.generation import generation_scores, text_agreement_scores
 from sago_fast.axes.mirroring import mirroring_scores, prompt_echo_scores
 from sago_fast.axes.records import ExampleOutputs
@@ -94,6 +94,21 @@ def test_next_token_js_and_ece():
     assert expected_calibration_error(np.array([0.95, 0.55, 0.6]), np.array([1, 0, 1])) == pytest.approx(
         1 / 3
     )
+
+
+def test_ece_spread_reads_each_familys_meaning_preserving_flag():
+    """The spread is over families whose variants preserve meaning, by their flag, not by family name."""
+    confidence = np.array([0.95, 0.55, 0.6, 0.9, 0.9, 0.8, 0.7])
+    correct = np.array([1, 0, 1, 1, 0, 0, 1])
+    families = ["canonical", "canonical", "canonical", "typo", "typo", "my_cue", "my_cue"]
+    preserving = np.array([True, True, True, True, True, False, False])
+    eces, spread = calibration_by_family(confidence, correct, families, preserving)
+    assert eces["canonical"] == pytest.approx(1 / 3)  # as above
+    assert eces["typo"] == pytest.approx(0.4)  # one bin: |0.5 - 0.9|
+    assert eces["my_cue"] == pytest.approx(0.55)  # bins 8 and 7: (|0 - .8| + |1 - .7|) / 2
+    assert spread == pytest.approx(0.4 - 1 / 3)  # my_cue (not meaning preserving) is left out
+    _, with_cue = calibration_by_family(confidence, correct, families, np.ones(7, dtype=bool))
+    assert with_cue == pytest.approx(max(eces.values()) - min(eces.values()))
 
 
 def test_mirroring_by_hand():
