@@ -99,12 +99,7 @@ def write_report(
         if run_id is not None:
             check_run(store, run_id)
         run = run_id or latest_finished_run(store)
-        needs_stats = (
-            run is not None
-            and not store.query("SELECT count(*) FROM model_scores WHERE run_id = $run", {"run": run})[1][0][
-                0
-            ]
-        )
+        needs_stats = run is not None and not store.has_stats(run)
     if needs_stats:
         log.info("run %s has no statistics yet: computing them", run)
         run_stats(db, run)

@@ -100,16 +100,7 @@ def merge_shards(paths: Sequence[str | os.PathLike[str]], db: str | os.PathLike[
             else:
                 result.already.append(unit_id)
         for run_id, units in planned.items():
-            _, rows = store.query(
-                "SELECT count(DISTINCT unit_id) FROM units WHERE run_id = $run AND status = 'done'",
-                {"run": run_id},
-            )
-            status = "done" if rows[0][0] >= len(units) else "partial"
-            store.query(
-                """UPDATE runs SET status = $s,
-                   provider = (SELECT any_value(provider) FROM units WHERE run_id = $run AND status = 'done')
-                   WHERE run_id = $run""",
-                {"s": status, "run": run_id},
-            )
+            status = "done" if len(store.done_units(run_id)) >= len(units) else "partial"
+            store.set_run_status(run_id, status, provider="units")
             result.runs[run_id] = status
     return result

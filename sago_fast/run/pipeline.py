@@ -168,8 +168,7 @@ def check_run_outputs(config: RunConfig) -> None:
 def _has_stats(db: Any, run_id: str) -> bool:
     """Whether the run already has statistics (a re-run that evaluated nothing new keeps them)."""
     with Store(db, read_only=True) as store:
-        _, rows = store.query("SELECT count(*) FROM model_scores WHERE run_id = $run", {"run": run_id})
-    return bool(rows[0][0])
+        return store.has_stats(run_id)
 
 
 def _write(sink: Sink, run_id: str, outcome: UnitOutcome) -> None:

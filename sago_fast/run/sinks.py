@@ -49,44 +49,26 @@ class DuckDBSink:
         run_id = run_row["run_id"][0]
         with self.store.transaction():
             self.store.insert("runs", run_row, key=("run_id",))
-            self.store.query("UPDATE runs SET status = 'running' WHERE run_id = $run", {"run": run_id})
+            self.store.set_run_status(run_id, "running")
 
     def finished(self, run_id: str, unit_ids: Sequence[str]) -> set[str]:
-        return done_units(self.store, run_id) & set(unit_ids)
+        return self.store.done_units(run_id) & set(unit_ids)
 
     def write(self, run_id: str, unit_id: str, rows: Rows) -> bool:
         return write_rows(self.store, run_id, unit_id, rows)
 
     def finish(self, run_id: str, status: str, provider: str) -> None:
-        self.store.query(
-            "UPDATE runs SET status = $status, provider = coalesce(nullif($provider, ''), provider) WHERE run_id = $run",
-            {"status": status, "provider": provider, "run": run_id},
-        )
+        self.store.set_run_status(run_id, status, provider)
 
     def close(self) -> None:
         self.store.close()
-
-
-def unit_done(store: Store, run_id: str, unit_id: str) -> bool:
-    _, rows = store.query(
-        "SELECT count(*) FROM units WHERE run_id = $run AND unit_id = $unit AND status = 'done'",
-        {"run": run_id, "unit": unit_id},
-    )
-    return bool(rows[0][0])
-
-
-def done_units(store: Store, run_id: str) -> set[str]:
-    _, rows = store.query(
-        "SELECT unit_id FROM units WHERE run_id = $run AND status = 'done'", {"run": run_id}
-    )
-    return {r[0] for r in rows}
 
 
 def write_rows(store: Store, run_id: str, unit_id: str, rows: Rows | dict[str, Any]) -> bool:
     """Insert one unit's rows and its done mark in one transaction; False (nothing written) when the
     unit is already done, so writing the same unit twice never duplicates rows."""
     with store.transaction():
-        if unit_done(store, run_id, unit_id):
+        if store.unit_done(run_id, unit_id):
             return False
         for table, columns in rows.items():
             store.insert(table, columns, key=ROW_KEYS.get(table, ()))

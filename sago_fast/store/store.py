@@ -183,6 +183,43 @@ class Store:
         where = " AND ".join(f'"{c}" = ${c}' for c in equal)  # whitelisted above
         self.con.execute(f'DELETE FROM "{table}" WHERE {where}', dict(equal))
 
+    # -- the run lifecycle (one place for what sinks, merge, the pipeline and the report ask) ---------
+    def done_units(self, run_id: str) -> set[str]:
+        """The units of ``run_id`` whose rows and done mark are committed."""
+        _, rows = self.query(
+            "SELECT unit_id FROM units WHERE run_id = $run AND status = 'done'", {"run": run_id}
+        )
+        return {r[0] for r in rows}
+
+    def unit_done(self, run_id: str, unit_id: str) -> bool:
+        _, rows = self.query(
+            "SELECT count(*) FROM units WHERE run_id = $run AND unit_id = $unit AND status = 'done'",
+            {"run": run_id, "unit": unit_id},
+        )
+        return bool(rows[0][0])
+
+    def has_stats(self, run_id: str) -> bool:
+        """Whether ``sago stats`` has written the run's statistics."""
+        _, rows = self.query("SELECT count(*) FROM model_scores WHERE run_id = $run", {"run": run_id})
+        return bool(rows[0][0])
+
+    def set_run_status(self, run_id: str, status: str, provider: str | None = None) -> None:
+        """Record how the run stands; ``provider`` None or empty keeps the recorded one, else the one
+        given (``"units"``: the provider its finished units ran on)."""
+        if provider == "units":
+            self.query(
+                """UPDATE runs SET status = $status,
+                   provider = (SELECT any_value(provider) FROM units WHERE run_id = $run AND status = 'done')
+                   WHERE run_id = $run""",
+                {"status": status, "run": run_id},
+            )
+            return
+        self.query(
+            "UPDATE runs SET status = $status, provider = coalesce(nullif($provider, ''), provider) "
+            "WHERE run_id = $run",
+            {"status": status, "provider": provider or "", "run": run_id},
+        )
+
     def close(self) -> None:
         self.con.close()
 

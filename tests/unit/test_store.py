@@ -101,3 +101,39 @@ def test_keyed_insert_is_idempotent():
         assert store.query("SELECT dataset_id FROM datasets ORDER BY 1")[1] == [("a",), ("b",), ("c",)]
         with pytest.raises(StoreError, match="no column"):
             store.insert("datasets", {"name": ["x"]}, key=("dataset_id",))
+
+
+def test_run_lifecycle_methods():
+    """done units, statistics present, and the run's status: the questions sinks, merge, the pipeline and
+    the report ask, answered in one place."""
+    from datetime import datetime
+
+    from sago_fast.runinfo import run_row
+
+    store = Store()
+    store.insert("runs", run_row("r1", "run", {}, "cpu", "", "running"), key=("run_id",))
+    assert store.done_units("r1") == set() and not store.has_stats("r1")
+    units = {
+        "run_id": ["r1", "r1", "r1"],
+        "unit_id": ["u1", "u2", "u3"],
+        "model_id": ["m"] * 3,
+        "dataset_id": ["d"] * 3,
+        "shard": [0, 0, 0],
+        "checkpoint": ["c"] * 3,
+        "status": ["done", "done", "failed"],
+        "n_examples": [1, 1, 1],
+        "n_variants": [1, 1, 1],
+        "accuracy": [1.0, 1.0, 1.0],
+        "seconds": [1.0, 1.0, 1.0],
+        "provider": ["CPUExecutionProvider", "CPUExecutionProvider", ""],
+        "finished_at": [datetime(2026, 1, 1)] * 3,
+    }
+    store.insert("units", units)
+    assert store.done_units("r1") == {"u1", "u2"} and store.unit_done("r1", "u1")
+    assert not store.unit_done("r1", "u3") and not store.unit_done("r2", "u1")
+    store.set_run_status("r1", "done", "")  # empty provider keeps the recorded one
+    assert store.query("SELECT status, provider FROM runs")[1] == [("done", "")]
+    store.set_run_status("r1", "partial", provider="units")
+    assert store.query("SELECT status, provider FROM runs")[1] == [("partial", "CPUExecutionProvider")]
+    store.set_run_status("r1", "done", "CUDAExecutionProvider")
+    assert store.query("SELECT provider FROM runs")[1] == [("CUDAExecutionProvider",)]
