@@ -64,12 +64,14 @@ def build_zoo(
     train: bool = False,
     cache_dir: str | os.PathLike[str] | None = None,
 ) -> ZooResult:
-    """The zoo of ``config`` in ``out_dir``: kept when its ``zoo.json`` already names ``config``, else
-    copied from :func:`shared_zoo` (written under a temporary name, then renamed)."""
+    """The zoo of ``config`` in ``out_dir``: kept when its ``zoo.json`` already names ``config`` (and,
+    where the package ships that zoo, says it is the shipped one), else copied from :func:`shared_zoo`
+    (written under a temporary name, then renamed)."""
     out = Path(out_dir)
     if not train:
         present = read_zoo(out, config)
-        if present is not None:
+        # a zoo trained here by an older version has the default key too: the shipped one replaces it
+        if present is not None and (_source_of(out) == "shipped" or shipped_zoo(config) is None):
             return ZooResult(out, present, reused=True, source=_source_of(out))
     source = shared_zoo(config, train=train, cache_dir=cache_dir)
     out.parent.mkdir(parents=True, exist_ok=True)

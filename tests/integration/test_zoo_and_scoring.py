@@ -71,6 +71,7 @@ def test_the_default_zoo_is_shipped_and_copied_without_training(tmp_path, monkey
     """`sago demo` and `sago zoo` never train the default zoo: the package ships it (same bytes on every
     machine), and any output folder gets a copy."""
     import json
+    import shutil
 
     from sago_fast.zoo.store import SHIPPED
 
@@ -92,6 +93,17 @@ def test_the_default_zoo_is_shipped_and_copied_without_training(tmp_path, monkey
         assert (ours / "model.safetensors").read_bytes() == (shipped / "model.safetensors").read_bytes()
     assert build_zoo(tmp_path / "a" / "zoo", ZooConfig()).reused
     assert not (tmp_path / "cache" / "zoo").exists()  # nothing trained, nothing cached
+    # a folder holding a zoo trained by an earlier version (same configuration key) gets the shipped one
+    old = tmp_path / "old" / "zoo"
+    shutil.copytree(tmp_path / "a" / "zoo", old)
+    manifest = json.loads((old / "zoo.json").read_text())
+    manifest.pop("source")
+    (old / "zoo.json").write_text(json.dumps(manifest))
+    (old / "step-01200" / "model.safetensors").write_bytes(b"trained elsewhere")
+    again = build_zoo(old, ZooConfig())
+    assert again.source == "shipped"
+    shipped_weights = (SHIPPED / "step-01200" / "model.safetensors").read_bytes()
+    assert (old / "step-01200" / "model.safetensors").read_bytes() == shipped_weights
 
 
 def test_reproducible_training_asks_only_for_kernels_the_cpu_has():
