@@ -205,6 +205,8 @@ def test_run_with_every_export_cached_does_not_import_torch(tmp_path):
         "2",
         "-k",
         "1",
+        "-F",
+        "typo",
         "--no-stats",
         "--cache-dir",
         str(cache),
