@@ -178,47 +178,31 @@ def test_ctrl_c_exits_130_even_after_an_interrupted_exec(tmp_path):
     assert stderr.strip().splitlines()[-1].startswith("sago: interrupted")
 
 
-def test_probe_from_the_export_cache_does_not_import_torch(tmp_path):
-    """Start-up: a probe whose export is cached needs transformers' tokenizer only (torch cost ~4.5 s)."""
-    cache = tmp_path / "exports"
-    assert sago("probe", str(ZOO), "What is 2 + 3?", "--cache-dir", str(cache)).returncode == 0  # exports
+def cli_in_a_fresh_process(args: list[str]) -> str:
+    """Run the CLI with ``args`` in a new interpreter; its stdout, ending with whether torch was imported."""
     code = (
         "import sys\n"
         "from sago_fast.cli.app import app\n"
-        f"app(['probe', {str(ZOO)!r}, 'What is 2 + 3?', '--cache-dir', {str(cache)!r}], standalone_mode=False)\n"
+        f"app({args!r}, standalone_mode=False)\n"
         "print('torch imported:', 'torch' in sys.modules)\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert "torch imported: False" in done.stdout and "next_logprobs (1, 1024)" in done.stdout
+    return done.stdout
+
+
+def test_probe_from_the_export_cache_does_not_import_torch(tmp_path):
+    """Start-up: a probe whose export is cached needs transformers' tokenizer only (torch cost ~4.5 s)."""
+    args = ["probe", str(ZOO), "What is 2 + 3?", "--cache-dir", str(tmp_path / "exports")]
+    assert sago(*args).returncode == 0  # exports
+    out = cli_in_a_fresh_process(args)
+    assert "torch imported: False" in out and "next_logprobs (1, 1024)" in out
 
 
 def test_run_with_every_export_cached_does_not_import_torch(tmp_path):
-    cache = tmp_path / "exports"
-    args = [
-        "run",
-        "-m",
-        str(ZOO),
-        "-d",
-        "capitals",
-        "--limit",
-        "2",
-        "-k",
-        "1",
-        "-F",
-        "typo",
-        "--no-stats",
-        "--cache-dir",
-        str(cache),
-    ]
+    args = ["run", "-m", str(ZOO), "-d", "capitals", "--limit", "2", "-k", "1", "-F", "typo", "--no-stats"]
+    args += ["--cache-dir", str(tmp_path / "exports")]
     first = sago(*args, "--db", str(tmp_path / "a.duckdb"))
     assert first.returncode == 0, first.stderr[-2000:]
-    code = (
-        "import sys\n"
-        "from sago_fast.cli.app import app\n"
-        f"app({[*args, '--db', str(tmp_path / 'b.duckdb')]!r}, standalone_mode=False)\n"
-        "print('torch imported:', 'torch' in sys.modules)\n"
-    )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert "torch imported: False" in done.stdout and "1 units run" in done.stdout
+    out = cli_in_a_fresh_process([*args, "--db", str(tmp_path / "b.duckdb")])
+    assert "torch imported: False" in out and "1 units run" in out
