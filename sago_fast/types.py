@@ -47,6 +47,11 @@ class ExportSettings:
         if self.dtype not in ("fp32", "fp16"):
             raise InputError(f"dtype must be 'fp32' or 'fp16', not {self.dtype!r}")
 
+    @classmethod
+    def for_device(cls, device: str, dtype: str | None = None) -> ExportSettings:
+        """``dtype``, or the default of a resolved ``device``: fp16 on CUDA, fp32 on CPU."""
+        return cls(dtype=dtype or ("fp16" if device == "cuda" else "fp32"))
+
 
 TASK_TYPES = ("multiple_choice", "generation", "pairwise")
 # the pooled outputs every exported graph has (besides the greedy step and the KV cache)

@@ -27,10 +27,8 @@ def probe_command(
     from sago_fast.atomic import check_writable
     from sago_fast.checkpoints.resolve import resolve_checkpoint
     from sago_fast.errors import InputError
-    from sago_fast.exporters.cache import ExportCache
-    from sago_fast.runtime.light import tokenizers_without_torch
+    from sago_fast.runtime.light import start_without_torch_if_exported
     from sago_fast.runtime.session import check_device
-    from sago_fast.types import ExportSettings
 
     if top_k < 1:
         raise InputError(f"--top-k must be at least 1, not {top_k}")
@@ -38,9 +36,7 @@ def probe_command(
     if save is not None:
         check_writable(save, what="--save")
     ckpt = resolve_checkpoint(checkpoint)
-    settings = ExportSettings(dtype="fp16" if resolved == "cuda" else "fp32")
-    if ExportCache(cache_dir).lookup(ckpt, settings) is not None:
-        tokenizers_without_torch()  # nothing to export: the tokenizer is all transformers is needed for
+    start_without_torch_if_exported([ckpt], resolved, cache_dir)
     model = sago_fast.load_model(ckpt, device=device, cache_dir=cache_dir)
     result = model.probe(texts)
     typer.echo(

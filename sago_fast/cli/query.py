@@ -70,8 +70,6 @@ def query_command(
 
     if fmt not in FORMATS:
         raise SagoError(f"--format must be one of {', '.join(FORMATS)}, not {fmt!r}")
-    if not Path(db).is_file():
-        raise SagoError(f"--db {db}: no such database")
     with Store(Path(db), read_only=True) as store:
         columns, rows = store.query(sql)
     if fmt == "csv":

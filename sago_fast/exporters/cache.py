@@ -110,6 +110,12 @@ def _read_entry(path: Path) -> dict[str, Any] | None:
     return manifest
 
 
+def _finished(path: Path) -> ExportedModel | None:
+    """The complete entry at ``path`` (reused), or None."""
+    manifest = _read_entry(path)
+    return None if manifest is None else ExportedModel(path, manifest, reused=True)
+
+
 def _read_manifest(path: Path) -> dict[str, Any] | None:
     """An entry's manifest; None when it has none, or an unreadable one (logged)."""
     manifest_file = path / MANIFEST_FILE
@@ -135,9 +141,7 @@ class ExportCache:
         self, checkpoint: Checkpoint, settings: ExportSettings = ExportSettings()
     ) -> ExportedModel | None:
         """The finished entry of ``checkpoint``, or None (nothing is exported)."""
-        final = self.entry_path(export_key(checkpoint, settings))
-        manifest = _read_entry(final)
-        return None if manifest is None else ExportedModel(final, manifest, reused=True)
+        return _finished(self.entry_path(export_key(checkpoint, settings)))
 
     def get_or_export(
         self, checkpoint: Checkpoint, settings: ExportSettings = ExportSettings(), *, reweight: bool = True
@@ -146,14 +150,14 @@ class ExportCache:
         (same graph signature) when ``reweight`` and the sibling's graph allows it."""
         key = export_key(checkpoint, settings)
         final = self.entry_path(key)
-        manifest = _read_entry(final)
-        if manifest is not None:
-            return ExportedModel(final, manifest, reused=True)
+        found = _finished(final)
+        if found is not None:
+            return found
         self.root.mkdir(parents=True, exist_ok=True)
         with FileLock(str(self.root / f"{key}.lock")):
-            manifest = _read_entry(final)  # another process may have finished while we waited
-            if manifest is not None:
-                return ExportedModel(final, manifest, reused=True)
+            found = _finished(final)  # another process may have finished while we waited
+            if found is not None:
+                return found
             signature = graph_signature(checkpoint, settings, FORMAT_VERSION, versions_of(KEYED_PACKAGES))
             base = self._graph_entry(signature) if reweight else None
             tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{key}-", dir=self.root))

@@ -15,7 +15,7 @@ from sago_fast.run.sinks import DuckDBSink, ParquetShardSink, Sink
 from sago_fast.run.units import parse_shard, plan_run
 from sago_fast.run.worker import UnitOutcome
 from sago_fast.runinfo import run_row
-from sago_fast.runtime.light import tokenizers_without_torch
+from sago_fast.runtime.light import start_without_torch_if_exported
 from sago_fast.store import Store
 
 log = logging.getLogger(__name__)
@@ -67,7 +67,7 @@ def run(
 
     light_start: when every export is already cached, load tokenizers without importing torch (~4.5 s);
     for a process that exports nothing afterwards (the CLI), since transformers keeps that choice."""
-    check_run_outputs(config)
+    device = check_run_outputs(config)
     plan = plan_run(config)
     shard = parse_shard(config.shard)
     units = [u for u in plan.units if shard is None or u.index % shard[1] == shard[0]]
@@ -79,8 +79,10 @@ def run(
     )
     finished = sink.finished(plan.run_id, [u.unit_id for u in units])
     todo = [u for u in units if u.unit_id not in finished]
-    if light_start and config.executor == "local" and _all_exported(todo, config):
-        tokenizers_without_torch()  # start-up: nothing to export, transformers is needed for tokenizers only
+    if light_start and config.executor == "local":
+        start_without_torch_if_exported(
+            {u.model_id: u.checkpoint for u in todo}.values(), device, config.cache_dir
+        )
     skipped = len(units) - len(todo)
     if skipped:
         log.info("run %s: %d of %d units already done, skipped", plan.run_id, skipped, len(units))
@@ -140,29 +142,18 @@ def run(
     return result
 
 
-def _all_exported(units: list, config: RunConfig) -> bool:
-    """Whether every checkpoint of ``units`` has its export in the cache already."""
-    from sago_fast.exporters.cache import ExportCache
-    from sago_fast.types import ExportSettings
-
-    cache = ExportCache(config.cache_dir)
-    settings = ExportSettings(dtype="fp16" if config.device == "cuda" else "fp32")
-    checkpoints = {u.model_id: u.checkpoint for u in units}
-    return config.device != "auto" and all(
-        cache.lookup(c, settings) is not None for c in checkpoints.values()
-    )
-
-
-def check_run_outputs(config: RunConfig) -> None:
-    """Before any work: the device runs, and the results file or shard folder can be written."""
+def check_run_outputs(config: RunConfig) -> str:
+    """Before any work: the device runs (returned resolved), and the results file or shard folder can be
+    written."""
     from sago_fast.atomic import check_writable
     from sago_fast.runtime.session import check_device
 
-    check_device(config.device)
+    device = check_device(config.device)
     if config.shard is not None and config.shard_dir is not None:
         check_writable(config.shard_dir, what="--shard-dir", directory=True)
     elif config.db is not None:
         check_writable(config.db, what="--db")
+    return device
 
 
 def _has_stats(db: Any, run_id: str) -> bool:

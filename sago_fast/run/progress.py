@@ -4,11 +4,17 @@ and ends and at most one every ``interval`` seconds inside a pass (``prefill``, 
 
 from __future__ import annotations
 
-import sys
 import time
 from typing import Any
 
-from sago_fast.runtime.progress import LinePasses, NoProgress, PassProgress, TqdmPasses, on_terminal
+from sago_fast.runtime.progress import (
+    LinePasses,
+    NoProgress,
+    PassProgress,
+    TqdmPasses,
+    on_terminal,
+    progress_line,
+)
 
 LINE_INTERVAL_S = 30.0  # seconds between progress lines when stderr is not a terminal
 
@@ -33,16 +39,13 @@ class RunProgress:
     def choose(cls, total: int, done: int, enabled: bool) -> RunProgress:
         return cls(total, done, "off" if not enabled else "bars" if on_terminal() else "lines")
 
-    def _line(self, text: str) -> None:
-        print(f"sago: {text}", file=self.file if self.file is not None else sys.stderr, flush=True)
-
     def unit_started(self, label: str) -> PassProgress:
         """A unit begins: the bar names it; returns what its model passes report to."""
         if self.mode == "bars":
             self._bar.set_postfix_str(label[-60:])
             return TqdmPasses(label, file=self.file)
         if self.mode == "lines":
-            self._line(f"unit {self.done + 1}/{self.total} started: {label}")
+            progress_line(self.file, f"unit {self.done + 1}/{self.total} started: {label}")
             return LinePasses(label, self.interval, file=self.file)
         return NoProgress()
 
@@ -52,9 +55,10 @@ class RunProgress:
             self._bar.update(1)
         elif self.mode == "lines":
             how = f"failed ({error})" if error else f"done in {seconds:.1f} s"
-            self._line(
+            progress_line(
+                self.file,
                 f"unit {self.done}/{self.total} {how}: {label} "
-                f"({time.monotonic() - self._started:.0f} s since the run started)"
+                f"({time.monotonic() - self._started:.0f} s since the run started)",
             )
 
     def close(self) -> None:

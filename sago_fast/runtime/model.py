@@ -315,7 +315,7 @@ def load_model(
     from transformers import AutoTokenizer
 
     resolved = resolve_device(device)
-    settings = ExportSettings(dtype=dtype or ("fp16" if resolved == "cuda" else "fp32"))
+    settings = ExportSettings.for_device(resolved, dtype)
     ckpt = (
         checkpoint
         if isinstance(checkpoint, Checkpoint)

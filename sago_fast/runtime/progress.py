@@ -93,12 +93,6 @@ class LinePasses:
         self._total = self._done = self._tokens = 0
         self._started = self._last = 0.0
 
-    def _write(self, text: str) -> None:
-        import sys
-
-        out = self.file if self.file is not None else sys.stderr
-        print(f"sago: {text}", file=out, flush=True)
-
     def start(self, stage: str, total: int, unit: str) -> None:
         self._stage, self._unit, self._total = stage, unit, total
         self._done = self._tokens = 0
@@ -111,13 +105,21 @@ class LinePasses:
         if now - self._last >= self.interval:
             self._last = now
             elapsed = max(now - self._started, 1e-9)
-            self._write(
+            progress_line(
+                self.file,
                 f"{self.label} {self._stage}: {self._done}/{self._total} {self._unit}s, "
-                f"{self._tokens / elapsed:,.0f} tok/s, {elapsed:.0f} s"
+                f"{self._tokens / elapsed:,.0f} tok/s, {elapsed:.0f} s",
             )
 
     def close(self) -> None:
         return None
+
+
+def progress_line(file: Any, text: str) -> None:
+    """One progress line, ``sago: text``, on ``file`` (default stderr), flushed at once."""
+    import sys
+
+    print(f"sago: {text}", file=file if file is not None else sys.stderr, flush=True)
 
 
 def on_terminal() -> bool:
