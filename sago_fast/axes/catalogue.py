@@ -193,13 +193,21 @@ def axes() -> tuple[str, ...]:
     return ("generation", "activation", "confidence", "mirroring")
 
 
-def check_written(axis: str, scores: list) -> list:
-    """``scores`` (ItemScore rows of one scorer of ``axis``), after checking that each metric is in the
-    catalogue under that axis: a metric missing from the catalogue fails loudly, never silently untested."""
-    for name, written_axis in {(s.metric, s.axis) for s in scores}:
-        if name not in CATALOGUE or CATALOGUE.get(name).axis != axis or written_axis != axis:
+def check_metrics(axis: str, names: set[str] | frozenset[str]) -> None:
+    """Every metric in ``names`` is in the catalogue under ``axis``: a metric missing from the catalogue
+    fails loudly, never silently untested."""
+    for name in sorted(names):
+        if name not in CATALOGUE or CATALOGUE.get(name).axis != axis:
             raise ValueError(
                 f"metric {name!r} of axis {axis!r} is not in the metric catalogue under that axis "
                 "(add a MetricSpec to sago_fast/axes/catalogue.py)"
             )
+
+
+def check_written(axis: str, scores: list) -> list:
+    """``scores`` (ItemScore rows of one scorer of ``axis``), after :func:`check_metrics` on them (each
+    row's own axis must be ``axis`` too)."""
+    check_metrics(axis, {s.metric for s in scores})
+    for written_axis in {s.axis for s in scores} - {axis}:
+        raise ValueError(f"a scorer of axis {axis!r} wrote rows of axis {written_axis!r}")
     return scores

@@ -6,17 +6,18 @@
   margin_flip   = share of pairs whose gold margin (log P(gold) - max other log P) changes sign
 Generation tasks have no options: P(gold) is given per variant (P of the reference answer) and only
 next_token_js, p_gold_sd and p_gold_range are computed.
-ECE per family is a dataset-level figure (:func:`expected_calibration_error`).
+ECE per family and its spread are dataset-level figures, accumulated over chunks (:class:`Calibration`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
 from sago_fast.axes.items import ExampleView, item_scorer
-from sago_fast.axes.records import ExampleOutputs, ItemScore
+from sago_fast.axes.levels import ChunkView, Partial, UnitContext, dataset_scorer
+from sago_fast.axes.records import DatasetScore, ExampleOutputs, ItemScore, ScoredRows
 from sago_fast.kernels import pairwise
 
 AXIS = "confidence"
@@ -70,30 +71,84 @@ def _confidence_item_scores(view: ExampleView) -> list[ItemScore]:
     return confidence_scores(view.outputs, view.families, view.next_token_probs, view.p_gold)
 
 
-def expected_calibration_error(confidence: np.ndarray, correct: np.ndarray, n_bins: int = 10) -> float:
-    """ECE with equal-width confidence bins: sum_b |B_b|/n * |acc(B_b) - conf(B_b)|."""
-    confidence = np.asarray(confidence, dtype=float)
-    correct = np.asarray(correct, dtype=float)
+ECE_BINS = 10
+
+
+def calibration_bins(
+    confidence: np.ndarray, correct: np.ndarray, n_bins: int = ECE_BINS
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Equal-width confidence bins -> (count, sum of confidence, sum of correct), each (n_bins,): what
+    ECE needs, and additive over chunks."""
+    confidence = np.asarray(confidence, dtype=np.float64)
+    correct = np.asarray(correct, dtype=np.float64)
     bins = np.minimum((confidence * n_bins).astype(int), n_bins - 1)
-    ece = 0.0
-    for b in range(n_bins):
-        in_bin = bins == b
-        if in_bin.any():
-            ece += in_bin.mean() * abs(correct[in_bin].mean() - confidence[in_bin].mean())
-    return float(ece)
+    return (
+        np.bincount(bins, minlength=n_bins).astype(np.float64),
+        np.bincount(bins, weights=confidence, minlength=n_bins),
+        np.bincount(bins, weights=correct, minlength=n_bins),
+    )
+
+
+def ece_from_bins(count: np.ndarray, confidence_sum: np.ndarray, correct_sum: np.ndarray) -> float:
+    """sum_b |B_b|/n * |acc(B_b) - conf(B_b)| = sum_b |sum correct - sum confidence| / n."""
+    n = count.sum()
+    return float(np.abs(correct_sum - confidence_sum).sum() / n) if n else float("nan")
+
+
+def expected_calibration_error(confidence: np.ndarray, correct: np.ndarray, n_bins: int = ECE_BINS) -> float:
+    """ECE with equal-width confidence bins: sum_b |B_b|/n * |acc(B_b) - conf(B_b)|."""
+    return ece_from_bins(*calibration_bins(confidence, correct, n_bins))
+
+
+def ece_spread(eces: Mapping[str, float], preserving: Mapping[str, bool]) -> float:
+    """max - min ECE over the families whose variants all preserve meaning (each variant's own flag, so
+    a family marked not meaning preserving, like ``wrong_hint``, is left out)."""
+    kept = [e for f, e in eces.items() if preserving[f]]
+    return float(np.ptp(kept)) if kept else float("nan")
 
 
 def calibration_by_family(
     confidence: np.ndarray, correct: np.ndarray, families: Sequence[str], meaning_preserving: np.ndarray
 ) -> tuple[dict[str, float], float]:
-    """ECE per variant family, and ``ece_spread``: max - min over the families whose variants all
-    preserve meaning (each variant's own flag, so a user family marked not meaning preserving is left out
-    like ``wrong_hint``). All arrays are per variant of the unit."""
+    """ECE per variant family and ``ece_spread``, from per-variant arrays of one unit."""
     family_of = np.asarray(families)
     preserving = np.asarray(meaning_preserving, dtype=bool)
-    eces = {}
+    eces, kept = {}, {}
     for family in sorted(set(family_of.tolist())):
         mask = family_of == family
         eces[family] = expected_calibration_error(np.asarray(confidence)[mask], np.asarray(correct)[mask])
-    kept = [e for f, e in eces.items() if preserving[family_of == f].all()]
-    return eces, float(np.ptp(kept)) if kept else float("nan")
+        kept[family] = bool(preserving[mask].all())
+    return eces, ece_spread(eces, kept)
+
+
+@dataset_scorer("calibration")
+class Calibration:
+    """ECE per family and its spread: bin counts and sums per chunk, exact at the end."""
+
+    axis = AXIS
+
+    def partial(self, chunk: ChunkView) -> Partial:
+        out: Partial = {}
+        for family in sorted(set(chunk.family.tolist())):
+            mask = chunk.family == family
+            count, confidence_sum, correct_sum = calibration_bins(chunk.confidence[mask], chunk.correct[mask])
+            out[f"{family}@bins"] = np.stack([count, confidence_sum, correct_sum])  # (3, n_bins)
+            out[f"{family}@preserving"] = np.array(bool(chunk.meaning_preserving[mask].all()))
+        return out
+
+    def finish(self, partials: Sequence[Mapping[str, np.ndarray]], context: UnitContext) -> ScoredRows:
+        bins: dict[str, np.ndarray] = {}
+        preserving: dict[str, bool] = {}
+        for partial in partials:
+            for name, value in partial.items():
+                family, field = name.rsplit("@", 1)
+                if field == "bins":
+                    bins[family] = bins[family] + value if family in bins else value.copy()
+                else:
+                    preserving[family] = preserving.get(family, True) and bool(value)
+        eces = {family: ece_from_bins(*bins[family]) for family in sorted(bins)}
+        rows = ScoredRows()
+        rows.datasets += [DatasetScore(AXIS, "ece", f, None, None, e) for f, e in eces.items()]
+        if eces:
+            rows.datasets.append(DatasetScore(AXIS, "ece_spread", None, None, None, ece_spread(eces, preserving)))
+        return rows

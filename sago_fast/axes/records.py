@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -46,3 +46,76 @@ class ItemScore:
     metric: str
     family: str | None  # None = all meaning-preserving variants
     value: float
+
+
+@dataclass(frozen=True)
+class DatasetScore:
+    """One ``dataset_scores`` row of a unit: a figure over all its examples (layer and pooling for
+    layer-wise figures, else None)."""
+
+    axis: str
+    metric: str
+    family: str | None
+    layer: int | None
+    pooling: str | None
+    value: float
+
+
+@dataclass(frozen=True)
+class LayerScores:
+    """Column arrays for ``layer_scores`` rows (one per example × layer × metric × family) of one pooling.
+
+    example_id: (rows,) str; layer: (rows,) int; metric, family: per row; value: (rows,) float64."""
+
+    example_id: list[str]
+    layer: np.ndarray
+    pooling: str
+    metric: list[str]
+    family: list[str | None]
+    value: np.ndarray
+
+    @classmethod
+    def grid(
+        cls, example_ids: list[str], pooling: str, metric: str, family: str | None, values: np.ndarray
+    ) -> LayerScores:
+        """Rows of one (metric, family) from ``values`` (n_layers + 1, E), layer-major."""
+        n_layers, n_examples = values.shape
+        return cls(
+            example_id=list(example_ids) * n_layers,
+            layer=np.repeat(np.arange(n_layers), n_examples),
+            pooling=pooling,
+            metric=[metric] * values.size,
+            family=[family] * values.size,
+            value=values.reshape(-1).astype(np.float64),
+        )
+
+    def __len__(self) -> int:
+        return len(self.metric)
+
+
+@dataclass
+class ScoredRows:
+    """What scorers return for a chunk or a finished unit, before the unit's identity is added."""
+
+    items: list[ItemScore] = field(default_factory=list)
+    layers: list[LayerScores] = field(default_factory=list)
+    datasets: list[DatasetScore] = field(default_factory=list)
+    estimators: list[Estimator] = field(default_factory=list)
+
+    def extend(self, other: ScoredRows) -> None:
+        self.items += other.items
+        self.layers += other.layers
+        self.datasets += other.datasets
+        self.estimators += other.estimators
+
+
+@dataclass(frozen=True)
+class Estimator:
+    """How a unit-level figure was estimated: ``exact`` over every example, or ``sample`` over a seeded
+    uniform sample of ``sample_size`` of the ``population`` examples."""
+
+    metric: str
+    estimator: str
+    sample_size: int
+    population: int
+    seed: int

@@ -114,6 +114,22 @@ def run_command(
             "answer_offset=1.",
         ),
     ] = None,
+    chunk_memory_mb: Annotated[
+        int | None,
+        typer.Option(
+            "--chunk-memory-mb",
+            help="Each unit is answered and committed in chunks of examples whose next-token and hidden-state "
+            f"arrays fit in this many MB (default {defaults.CHUNK_MEMORY_MB}).",
+        ),
+    ] = None,
+    sample_memory_mb: Annotated[
+        int | None,
+        typer.Option(
+            "--sample-memory-mb",
+            help="kNN instability and CKA keep example activations up to this many MB, then use a seeded "
+            f"sample of examples (default {defaults.SAMPLE_MEMORY_MB}).",
+        ),
+    ] = None,
     config: Annotated[
         Path | None, typer.Option("--config", help="YAML file with the same settings; options override it.")
     ] = None,
@@ -145,6 +161,8 @@ def run_command(
         "num_fewshot": num_fewshot,
         "fewshot_from": fewshot_from,
         "fields": tuple(field) if field else None,
+        "chunk_memory_mb": chunk_memory_mb,
+        "sample_memory_mb": sample_memory_mb,
         "stop": tuple(s.replace("\\n", "\n").replace("\\t", "\t") for s in stop) if stop else None,
     }
     if config is not None:

@@ -10,6 +10,7 @@ from typing import Any
 from sago_fast import defaults
 from sago_fast.datasets.readers import FieldMap
 from sago_fast.errors import InputError
+from sago_fast.run.stream import StreamSettings
 from sago_fast.runtime.answering import AnswerSettings
 from sago_fast.runtime.generate import GenerationSettings
 from sago_fast.runtime.options import DEFAULT_ANSWER_MODE, check_answer_mode
@@ -61,6 +62,8 @@ class RunConfig:
     num_fewshot: int = defaults.NUM_FEWSHOT
     fewshot_from: str | None = None
     fields: tuple[str, ...] = ()
+    chunk_memory_mb: int = defaults.CHUNK_MEMORY_MB
+    sample_memory_mb: int = defaults.SAMPLE_MEMORY_MB
 
     def __post_init__(self) -> None:
         if not self.models:
@@ -96,8 +99,13 @@ class RunConfig:
                 f"--num-fewshot (num_fewshot) must be a non-negative integer, not {self.num_fewshot!r}"
             )
         FieldMap.parse(list(self.fields))  # an unknown field name is one line
+        self.stream_settings  # noqa: B018  (validates the memory budgets)
         if self.fewshot_from is not None and self.num_fewshot == 0:
             raise InputError("--fewshot-from needs --num-fewshot N (how many demonstrations per prompt)")
+
+    @property
+    def stream_settings(self) -> StreamSettings:
+        return StreamSettings(self.chunk_memory_mb, self.sample_memory_mb, self.seed)
 
     @property
     def generation(self) -> GenerationSettings:

@@ -1,76 +1,179 @@
-"""One unit of work: one model on one dataset's variants → the rows of every results table."""
+"""One unit of work, streamed: one model on one dataset's variants, in chunks of examples.
+
+For each chunk: answer its variants (one prefill per prompt) and re-run its canonical prompts alone (the
+replicate pass), then run the registered scorers: item scorers per example, layer scorers per activation
+block, and each dataset scorer's ``partial``. The chunk's next-token distributions and hidden states are
+dropped before the next chunk starts, so memory follows the chunk, never the dataset. When every chunk is
+in, :func:`finish_unit` combines the dataset scorers' partials.
+
+The chunk size comes from a memory budget (:class:`StreamSettings`): a variant costs about
+``vocab × 24`` bytes (its float32 next-token log-probs, the float64 distribution the confidence axis reads
+and the entropy's temporaries) plus its pooled hidden states. Chunks hold whole examples, in dataset order,
+so a resumed unit chunks its remaining examples exactly as an uninterrupted run does.
+"""
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from sago_fast.axes import ExampleView, scorers_for
-from sago_fast.axes.activation import activation_scores
-from sago_fast.axes.catalogue import check_written
-from sago_fast.axes.confidence import calibration_by_family, gold_margin
-from sago_fast.axes.records import ExampleOutputs, ItemScore
-from sago_fast.datasets.resolve import Dataset
+from sago_fast.axes import DATASET_SCORERS, LAYER_SCORERS, ExampleView, scorers_for
+from sago_fast.axes.activation import POOLINGS, sample_size, seeded_sample
+from sago_fast.axes.catalogue import check_metrics, check_written, metric
+from sago_fast.axes.levels import (
+    MIN_LAYOUT_EXAMPLES,
+    ActivationBlock,
+    ChunkView,
+    Partial,
+    UnitContext,
+)
+from sago_fast.axes.records import ExampleOutputs, ItemScore, LayerScores, ScoredRows
 from sago_fast.errors import InputError
 from sago_fast.runtime.answering import AnswerSettings, AnyAnswer, UnitAnswers, answer_unit
 from sago_fast.runtime.free_answers import FreeAnswer
 from sago_fast.runtime.generate import GenerationSettings
 from sago_fast.runtime.options import OptionAnswer
 from sago_fast.runtime.prompting import model_prompts
-from sago_fast.types import Example, Variant
+from sago_fast.store import rows as build
+from sago_fast.run.stream import MB, StreamSettings
+from sago_fast.store.rows import TableRows
+from sago_fast.types import Dataset, Example, Variant
 
 if TYPE_CHECKING:
     from sago_fast.runtime.protocol import LanguageModel
 
-
-POOLINGS = ("last", "mean")
 ITEM_POOLING = "mean"  # the pooling whose layer-mean scores also go to item_scores
 
 
 @dataclass
 class UnitTables:
-    """Column dicts per table, ready for ``Store.insert``."""
+    """Column dicts per table of a whole unit (every chunk, then the finish), ready for ``Store.insert``."""
 
-    outputs: dict[str, Any] = field(default_factory=dict)
-    mode_answers: dict[str, list[Any]] = field(default_factory=lambda: defaultdict(list))
-    item_scores: dict[str, list[Any]] = field(default_factory=lambda: defaultdict(list))
-    layer_scores: dict[str, list[Any]] = field(default_factory=lambda: defaultdict(list))
-    dataset_scores: dict[str, list[Any]] = field(default_factory=lambda: defaultdict(list))
+    tables: TableRows = field(default_factory=dict)
     accuracy: float = float("nan")  # canonical-variant accuracy
 
+    def table(self, name: str) -> dict[str, Any]:
+        return self.tables.get(name, {})
 
+
+@dataclass(frozen=True)
+class ChunkResult:
+    """One answered and scored chunk: its rows (result tables without the unit's identity, plus its
+    examples and variants) and its dataset scorers' partials."""
+
+    index: int
+    example_ids: tuple[str, ...]
+    n_variants: int
+    n_canonical_correct: int
+    rows: TableRows
+    partials: dict[str, Partial]
+
+
+# -- sizes ------------------------------------------------------------------------------------------------
+def variant_bytes(vocab_size: int, n_layers: int, d_model: int) -> int:
+    """Bytes one variant's probe and its derived arrays take while its chunk is scored."""
+    return vocab_size * 24 + (n_layers + 1) * d_model * 4 * len(POOLINGS) * 3
+
+
+def example_activation_bytes(n_layers: int, d_model: int, n_variants: int) -> int:
+    """Bytes the neighbourhood metrics keep of one example's activations (both poolings, float32)."""
+    return (n_layers + 1) * d_model * 4 * len(POOLINGS) * n_variants
+
+
+def examples_in_order(variants: Sequence[Variant]) -> dict[str, list[int]]:
+    """example id -> its variant rows, in the order the examples first appear."""
+    rows: dict[str, list[int]] = defaultdict(list)
+    for index, variant in enumerate(variants):
+        rows[variant.example_id].append(index)
+    return rows
+
+
+def plan_chunks(
+    variants: Sequence[Variant], budget_bytes: int, per_variant: int, done: frozenset[str] = frozenset()
+) -> list[list[str]]:
+    """Example ids per chunk: whole examples in order, as many variants as ``budget_bytes`` holds (at least
+    one example). Examples in ``done`` are left out; the chunks after them are those an uninterrupted run
+    makes, as long as ``done`` is a prefix of whole chunks."""
+    limit = max(1, budget_bytes // max(per_variant, 1))
+    chunks: list[list[str]] = []
+    current: list[str] = []
+    size = 0
+    for example_id, rows in examples_in_order(variants).items():
+        if current and size + len(rows) > limit:
+            chunks.append(current)
+            current, size = [], 0
+        current.append(example_id)
+        size += len(rows)
+    if current:
+        chunks.append(current)
+    return [[e for e in chunk if e not in done] for chunk in chunks if not set(chunk) <= done]
+
+
+def unit_context(
+    variants: Sequence[Variant], stream: StreamSettings, n_layers: int, d_model: int
+) -> UnitContext:
+    rows = examples_in_order(variants)
+    layouts: dict[tuple[str, ...], int] = defaultdict(int)
+    for example_rows in rows.values():
+        layouts[tuple(variants[r].family for r in example_rows)] += 1
+    widest = max((len(r) for r in rows.values()), default=1)
+    size = sample_size(example_activation_bytes(n_layers, d_model, widest), stream.sample_memory_mb * MB)
+    return UnitContext(
+        n_examples=len(rows),
+        seed=stream.seed,
+        scored_layouts=frozenset(k for k, n in layouts.items() if n >= MIN_LAYOUT_EXAMPLES),
+        sample=seeded_sample(list(rows), size, stream.seed),
+    )
+
+
+def model_context(model: LanguageModel, variants: Sequence[Variant], stream: StreamSettings) -> UnitContext:
+    manifest = model.exported.manifest  # type: ignore[attr-defined]
+    return unit_context(variants, stream, int(manifest["n_layers"]), int(manifest["d_model"]))
+
+
+def model_variant_bytes(model: LanguageModel) -> int:
+    manifest = model.exported.manifest  # type: ignore[attr-defined]
+    return variant_bytes(int(manifest["vocab_size"]), int(manifest["n_layers"]), int(manifest["d_model"]))
+
+
+# -- checks before work ------------------------------------------------------------------------------------
 def check_fits(
     model: LanguageModel,
     data: Dataset,
     variants: Sequence[Variant],
-    token_ids: Sequence[Sequence[int]],
-    generation: GenerationSettings,
+    settings: AnswerSettings,
+    batch: int = 4096,
 ) -> None:
     """Every variant's prompt plus what is appended to it (the longest option, or the generated tokens and
-    the longest reference) must fit the model's positions; characters bound tokens from above."""
+    the longest reference) must fit the model's positions; characters bound tokens from above. Prompts
+    are tokenized ``batch`` at a time and only their lengths kept."""
     limit = model.max_positions
     if limit is None:
         return
     examples = {e.example_id: e for e in data.examples}
-    for variant, ids in zip(variants, token_ids, strict=True):
-        example = examples[variant.example_id]
-        if example.has_options:
-            extra = max(len(o) for o in example.options)
-        else:
-            extra = max(generation.max_new_tokens, *(len(a) + 1 for a in example.answers))
-        if len(ids) + extra > limit:
-            raise InputError(
-                f"dataset {data.name!r}: variant {variant.variant_id} needs about {len(ids) + extra} tokens, "
-                f"more than the model's {limit} positions (drop long families such as fewshot_order, lower "
-                "--max-new-tokens, or use a model with a longer context)"
-            )
+    generation = settings.generation
+    for start in range(0, len(variants), batch):
+        part = variants[start : start + batch]
+        token_ids = model_prompts(model.tokenizer, part, settings.prompt_format).token_ids(model.tokenizer)
+        for variant, ids in zip(part, token_ids, strict=True):
+            example = examples[variant.example_id]
+            if example.has_options:
+                extra = max(len(o) for o in example.options)
+            else:
+                extra = max(generation.max_new_tokens, *(len(a) + 1 for a in example.answers))
+            if len(ids) + extra > limit:
+                raise InputError(
+                    f"dataset {data.name!r}: variant {variant.variant_id} needs about {len(ids) + extra} tokens, "
+                    f"more than the model's {limit} positions (drop long families such as fewshot_order, lower "
+                    "--max-new-tokens, or use a model with a longer context)"
+                )
 
 
+# -- one chunk -----------------------------------------------------------------------------------------------
 def answer_confidence(answer: AnyAnswer) -> float:
     """The model's confidence in its own answer: top option probability, or P(generated sequence)."""
     if isinstance(answer, OptionAnswer):
@@ -78,105 +181,29 @@ def answer_confidence(answer: AnyAnswer) -> float:
     return float(np.exp(answer.generation.logprob))
 
 
-def evaluate_unit(
-    model: LanguageModel,
-    data: Dataset,
-    variants: Sequence[Variant],
-    settings: AnswerSettings | GenerationSettings | None = None,
-) -> UnitTables:
-    """Probe and answer every variant, then compute the four axes for every example.
-
-    settings: prompt format, answer mode and generation limits (a bare :class:`GenerationSettings`
-    means plain prompts and ``cloze`` answers)."""
-    if not isinstance(settings, AnswerSettings):
-        settings = AnswerSettings(generation=settings or GenerationSettings())
-    generation = settings.generation
-    examples = {e.example_id: e for e in data.examples}
+def answer_variants(
+    model: LanguageModel, examples: Sequence[Example], variants: Sequence[Variant], settings: AnswerSettings
+) -> UnitAnswers:
     prompts = model_prompts(model.tokenizer, variants, settings.prompt_format)
-    token_ids = prompts.token_ids(model.tokenizer)
-    check_fits(model, data, variants, token_ids, generation)
-    unit_answers = answer_unit(model, data.examples, variants, prompts, token_ids, settings)
-    probe = unit_answers.probe  # hidden (L+1, Nv, d), next_logprobs (Nv, vocab)
-    answers = unit_answers.primary
-    tables = UnitTables()
-    tables.outputs = output_columns(model, examples, variants, unit_answers, probe, replicate=0)
-    _mode_rows(tables, variants, unit_answers, replicate=0)
-
-    rows_of: dict[str, list[int]] = defaultdict(list)
-    for index, variant in enumerate(variants):
-        rows_of[variant.example_id].append(index)
-    next_token = np.exp(probe.next_logprobs.astype(np.float64))
-    next_token /= next_token.sum(axis=1, keepdims=True)
-    canonical_correct = []
-    layouts: dict[tuple[str, ...], list[str]] = defaultdict(list)
-    for example_id, rows in rows_of.items():
-        example = examples[example_id]
-        vs = [variants[r] for r in rows]
-        outputs = example_outputs(example, vs, [answers[r] for r in rows])
-        canonical_correct.append(bool(outputs.correct[0]))
-        families: list[str | None] = [
-            None,
-            *sorted({v.family for v in vs if v.meaning_preserving} - {"canonical"}),
-        ]
-        free = [a for a in (answers[r] for r in rows) if isinstance(a, FreeAnswer)]
-        view = ExampleView(
-            outputs,
-            families,
-            next_token[rows],
-            p_gold=np.array([a.p_gold for a in free]) if free else None,
-            texts=[a.text_token_ids for a in free] if free else None,
-            prompts=[v.prompt for v in vs],
-        )
-        scores: list[ItemScore] = []
-        for scorer in scorers_for(example.task_type):
-            scores += check_written(scorer.axis, scorer.score(view))
-        for s in scores:
-            tables.item_scores["example_id"].append(s.example_id)
-            tables.item_scores["axis"].append(s.axis)
-            tables.item_scores["metric"].append(s.metric)
-            tables.item_scores["family"].append(s.family)
-            tables.item_scores["value"].append(s.value)
-        layouts[outputs.families].append(example_id)
-    tables.accuracy = float(np.mean(canonical_correct))
-
-    hidden = {"last": probe.hidden_last, "mean": probe.hidden_mean}
-    for layout, example_ids in layouts.items():
-        if len(example_ids) < 3:
-            continue
-        grid = np.array([rows_of[e] for e in example_ids])  # (E, V) variant rows
-        preserving = np.array([variants[r].meaning_preserving for r in grid[0]])
-        fams: list[str | None] = [None, *sorted(set(layout) - {"canonical"})]
-        for pooling in POOLINGS:
-            H = hidden[pooling][:, grid]  # (L+1, E, V, d)
-            layer_rows, dataset_rows = activation_scores(H, layout, preserving, fams)
-            tables.layer_scores["example_id"] += [example_ids[i] for i in layer_rows.example_index]
-            tables.layer_scores["layer"] += layer_rows.layer.tolist()
-            tables.layer_scores["pooling"] += [pooling] * len(layer_rows.metric)
-            tables.layer_scores["metric"] += layer_rows.metric
-            tables.layer_scores["family"] += layer_rows.family
-            tables.layer_scores["value"] += layer_rows.value.tolist()
-            for layer, metric, family, value in dataset_rows:
-                _dataset_row(tables, "activation", metric, family, layer, pooling, value)
-            if pooling == ITEM_POOLING:
-                _activation_items(tables, example_ids, layer_rows)
-
-    _replicate(model, data, variants, probe, tables, settings)
-
-    eces, spread = calibration_by_family(
-        np.array([answer_confidence(a) for a in answers]),
-        np.array([a.correct for a in answers]),
-        [v.family for v in variants],
-        np.array([v.meaning_preserving for v in variants]),
-    )
-    for family, ece in eces.items():
-        _dataset_row(tables, "confidence", "ece", family, None, None, ece)
-    _dataset_row(tables, "confidence", "ece_spread", None, None, None, spread)
-    return tables
+    return answer_unit(model, examples, variants, prompts, prompts.token_ids(model.tokenizer), settings)
 
 
-def example_outputs(
-    example: Example, variants: Sequence[Variant], answers: Sequence[AnyAnswer]
-) -> ExampleOutputs:
+def answer_alone(
+    model: LanguageModel, examples: Sequence[Example], variants: Sequence[Variant], settings: AnswerSettings
+) -> UnitAnswers:
+    """The replicate pass: ``variants`` re-run one prompt per call (other batch composition, no padding);
+    what it gives against the first pass is the noise floor the statistics compare instability with."""
+    from sago_fast.runtime.batching import BatchPolicy
+
+    saved = model.batch_policy
+    model.batch_policy = BatchPolicy(token_budget=saved.token_budget, max_batch=1)
+    try:
+        return answer_variants(model, examples, variants, settings)
+    finally:
+        model.batch_policy = saved
+
+
+def example_outputs(example: Example, variants: Sequence[Variant], answers: Sequence[AnyAnswer]) -> ExampleOutputs:
     """What the axes read for one example (canonical variant first). Generation tasks have no options:
     answers are answer keys and the option arrays are empty."""
     common: dict[str, Any] = {
@@ -204,180 +231,201 @@ def example_outputs(
     )
 
 
-def output_columns(
-    model: LanguageModel,
-    examples: dict[str, Any],
-    variants: Sequence[Variant],
-    unit_answers: UnitAnswers,
-    probe: Any,
-    replicate: int,
-) -> dict[str, Any]:
-    """``outputs`` columns for variants answered (``unit_answers``) and probed (``probe``) in one
-    replicate.
+def item_scores(
+    example: Example, variants: Sequence[Variant], answers: Sequence[AnyAnswer], next_token: np.ndarray
+) -> tuple[ExampleOutputs, list[ItemScore]]:
+    """Every registered item scorer of the example's task type, on its variants (canonical first).
+    next_token: (V, vocab) float64 next-token distributions of the variants."""
+    outputs = example_outputs(example, variants, answers)
+    families: list[str | None] = [
+        None,
+        *sorted({v.family for v in variants if v.meaning_preserving} - {"canonical"}),
+    ]
+    free = [a for a in answers if isinstance(a, FreeAnswer)]
+    view = ExampleView(
+        outputs,
+        families,
+        next_token,
+        p_gold=np.array([a.p_gold for a in free]) if free else None,
+        texts=[a.text_token_ids for a in free] if free else None,
+        prompts=[v.prompt for v in variants],
+    )
+    scores: list[ItemScore] = []
+    for scorer in scorers_for(example.task_type):
+        scores += check_written(scorer.axis, scorer.score(view))
+    return outputs, scores
 
-    Multiple choice fills answer_index, option_logprobs, margin and answer_mode (the primary mode);
-    generation fills generation (the text, cut at the stop string) and takes entropy from the first
-    generated token's distribution."""
-    answers = unit_answers.primary
-    n = len(variants)
-    top = probe.next_logprobs.argmax(axis=1)  # (n,)
-    logp = probe.next_logprobs.astype(np.float64)
-    next_entropy = -(np.exp(logp) * logp).sum(axis=1)  # (n,)
-    columns: dict[str, list[Any]] = defaultdict(list)
-    for row, (variant, answer) in enumerate(zip(variants, answers, strict=True)):
-        example = examples[variant.example_id]
-        if isinstance(answer, OptionAnswer):
-            columns["answer"].append(example.options[answer.answer_index])
-            columns["answer_index"].append(answer.answer_index)
-            columns["option_logprobs"].append(answer.option_logprobs.tolist())
-            columns["entropy"].append(answer.entropy)
-            columns["margin"].append(
-                float(gold_margin(np.exp(answer.option_logprobs)[None, :], example.answer_index)[0])
+
+def activation_blocks(
+    variants: Sequence[Variant], rows_of: Mapping[str, list[int]], answers: UnitAnswers, alone: UnitAnswers
+) -> list[ActivationBlock]:
+    """The chunk's pooled hidden states grouped by variant layout, one block per layout and pooling.
+    ``alone`` holds the canonical variants re-run alone, one per example in ``rows_of`` order."""
+    layouts: dict[tuple[str, ...], list[int]] = defaultdict(list)  # layout -> example positions
+    example_ids = list(rows_of)
+    for position, example_id in enumerate(example_ids):
+        layouts[tuple(variants[r].family for r in rows_of[example_id])].append(position)
+    first = {"last": answers.probe.hidden_last, "mean": answers.probe.hidden_mean}
+    again = {"last": alone.probe.hidden_last, "mean": alone.probe.hidden_mean}
+    blocks = []
+    for layout, positions in layouts.items():
+        grid = np.array([rows_of[example_ids[p]] for p in positions])  # (E, V) variant rows
+        preserving = np.array([variants[r].meaning_preserving for r in grid[0]])
+        families = (None, *sorted(set(layout) - {"canonical"}))
+        for pooling in POOLINGS:
+            blocks.append(
+                ActivationBlock(
+                    layout=layout,
+                    preserving=preserving,
+                    families=families,
+                    example_ids=tuple(example_ids[p] for p in positions),
+                    pooling=pooling,
+                    hidden=first[pooling][:, grid],  # (L+1, E, V, d)
+                    replicate=again[pooling][:, positions],  # (L+1, E, d)
+                )
             )
-            columns["generation"].append(None)
-            columns["answer_mode"].append(answer.mode)
-        else:
-            columns["answer"].append(answer.answer)
-            columns["answer_index"].append(None)
-            columns["option_logprobs"].append(None)
-            columns["entropy"].append(float(next_entropy[row]))
-            columns["margin"].append(None)
-            columns["generation"].append(answer.generation.text)
-            columns["answer_mode"].append(None)
-        columns["correct"].append(answer.correct)
-        columns["p_gold"].append(answer.p_gold)
-    return {
-        "example_id": [v.example_id for v in variants],
-        "variant_id": [v.variant_id for v in variants],
-        "replicate": np.full(n, replicate, dtype=np.int32),
-        "n_prompt_tokens": probe.n_tokens.astype(np.int32),
-        **columns,
-        "top_token": [model.tokenizer.decode([int(t)]) for t in top],
-        "top_logprob": probe.next_logprobs[np.arange(n), top].astype(np.float64),
-    }
+    return blocks
 
 
-def _replicate(
+def layer_item_scores(layers: Sequence[LayerScores], axis: str = "activation") -> list[ItemScore]:
+    """item_scores rows of layer-wise metrics the catalogue also lists in ``item_scores``: each example's
+    value averaged over layers (NaN layers left out), at the item pooling."""
+    groups: dict[tuple[str, str, str | None], list[float]] = defaultdict(list)
+    for block in layers:
+        if block.pooling != ITEM_POOLING:
+            continue
+        for e, name, family, value in zip(block.example_id, block.metric, block.family, block.value, strict=True):
+            if "item_scores" in metric(name).tables:
+                groups[(e, name, family)].append(float(value))
+    out = []
+    for (e, name, family), values in groups.items():
+        finite = np.isfinite(values).any()
+        out.append(ItemScore(e, axis, name, family, float(np.nanmean(values)) if finite else float("nan")))
+    return out
+
+
+def score_chunk(
+    context: UnitContext,
+    examples: Mapping[str, Example],
+    variants: Sequence[Variant],
+    answers: UnitAnswers,
+    alone: UnitAnswers,
+) -> tuple[ScoredRows, dict[str, Partial], int]:
+    """Item and layer scores of one chunk, its dataset scorers' partials, and how many of its canonical
+    variants were answered correctly."""
+    rows_of = examples_in_order(variants)
+    scored = ScoredRows()
+    next_token = np.exp(answers.probe.next_logprobs.astype(np.float64))
+    next_token /= next_token.sum(axis=1, keepdims=True)
+    outputs = []
+    for example_id, rows in rows_of.items():
+        example_outputs_, scores = item_scores(
+            examples[example_id], [variants[r] for r in rows], [answers.primary[r] for r in rows], next_token[rows]
+        )
+        outputs.append(example_outputs_)
+        scored.items += scores
+    del next_token
+    blocks = activation_blocks(variants, rows_of, answers, alone)
+    for name in LAYER_SCORERS.names():
+        scorer = LAYER_SCORERS.get(name)
+        for block in blocks:
+            written = scorer.score(block, context)
+            check_metrics(scorer.axis, {m for layer in written for m in layer.metric})
+            scored.layers += written
+    scored.items += layer_item_scores(scored.layers)
+    view = ChunkView(
+        context=context,
+        examples=outputs,
+        confidence=np.array([answer_confidence(a) for a in answers.primary]),
+        correct=np.array([a.correct for a in answers.primary], dtype=bool),
+        family=np.array([v.family for v in variants]),
+        meaning_preserving=np.array([v.meaning_preserving for v in variants], dtype=bool),
+        blocks=blocks,
+    )
+    partials = {name: DATASET_SCORERS.get(name).partial(view) for name in DATASET_SCORERS.names()}
+    n_correct = sum(bool(o.correct[0]) for o in outputs)
+    return scored, partials, n_correct
+
+
+def evaluate_chunks(
     model: LanguageModel,
     data: Dataset,
     variants: Sequence[Variant],
-    probe: Any,
-    tables: UnitTables,
     settings: AnswerSettings,
-) -> None:
-    """Replicate 1: canonical prompts re-run alone (other batch composition, no padding).
-
-    Its outputs rows (replicate = 1) and per-layer ``replicate_distance`` (cosine distance between the two
-    runs' canonical representations) are the noise floor the statistics compare instability with.
-    """
-    from sago_fast.kernels import distances_to_reference
-    from sago_fast.runtime.batching import BatchPolicy
-
-    rows = [i for i, v in enumerate(variants) if v.is_canonical]
-    canonical = [variants[i] for i in rows]
-    saved = model.batch_policy
-    model.batch_policy = BatchPolicy(token_budget=saved.token_budget, max_batch=1)
-    try:
-        prompts = model_prompts(model.tokenizer, canonical, settings.prompt_format)
-        token_ids = prompts.token_ids(model.tokenizer)
-        answers = answer_unit(model, data.examples, canonical, prompts, token_ids, settings)
-        again = answers.probe
-    finally:
-        model.batch_policy = saved
+    context: UnitContext,
+    stream: StreamSettings,
+    *,
+    done: frozenset[str] = frozenset(),
+    first_index: int = 0,
+) -> Iterator[ChunkResult]:
+    """Answer and score the unit's examples not in ``done``, chunk by chunk (indices from ``first_index``)."""
     examples = {e.example_id: e for e in data.examples}
-    extra = output_columns(model, examples, canonical, answers, again, replicate=1)
-    _mode_rows(tables, canonical, answers, replicate=1)
-    for column, values in extra.items():
-        base = tables.outputs[column]
-        tables.outputs[column] = (
-            np.concatenate([base, values]) if isinstance(base, np.ndarray) else [*base, *values]
+    rows_of = examples_in_order(variants)
+    for offset, chunk_ids in enumerate(plan_chunks(variants, stream.chunk_memory_mb * MB, model_variant_bytes(model), done)):
+        chunk_variants = [variants[r] for e in chunk_ids for r in rows_of[e]]
+        chunk_examples = [examples[e] for e in chunk_ids]
+        answers = answer_variants(model, chunk_examples, chunk_variants, settings)
+        canonical = [v for v in chunk_variants if v.is_canonical]
+        alone = answer_alone(model, chunk_examples, canonical, settings)
+        scored, partials, n_correct = score_chunk(context, examples, chunk_variants, answers, alone)
+        tokenizer = model.tokenizer
+        rows: TableRows = {
+            "examples": build.example_columns(data.dataset_id, chunk_examples),
+            "variants": build.variant_columns(data.dataset_id, chunk_variants),
+            "outputs": build.output_columns(tokenizer, examples, chunk_variants, answers, replicate=0),
+            "mode_answers": build.mode_answer_columns(chunk_variants, answers, replicate=0),
+            **build.scored_columns(scored),
+        }
+        again = {
+            "outputs": build.output_columns(tokenizer, examples, canonical, alone, replicate=1),
+            "mode_answers": build.mode_answer_columns(canonical, alone, replicate=1),
+        }
+        rows = build.concat([rows, again])
+        yield ChunkResult(first_index + offset, tuple(chunk_ids), len(chunk_variants), n_correct, rows, partials)
+
+
+def finish_unit(context: UnitContext, partials: Sequence[Mapping[str, Partial]]) -> TableRows:
+    """The rows of every dataset scorer from every chunk's partials (in chunk order), plus the layer means
+    of the layer-wise metrics they write."""
+    scored = ScoredRows()
+    for name in DATASET_SCORERS.names():
+        scorer = DATASET_SCORERS.get(name)
+        written = scorer.finish([p.get(name, {}) for p in partials], context)
+        check_metrics(
+            scorer.axis,
+            {s.metric for s in written.items}
+            | {m for layer in written.layers for m in layer.metric}
+            | {s.metric for s in written.datasets},
         )
-    for pooling, first, second in (
-        ("last", probe.hidden_last[:, rows], again.hidden_last),
-        ("mean", probe.hidden_mean[:, rows], again.hidden_mean),
-    ):
-        n_layers = first.shape[0]
-        pair = np.stack([first, second], axis=2).reshape(n_layers * len(rows), 2, -1)  # (L*E, 2, d)
-        dist = distances_to_reference(pair, "cosine", reference=0, check=False)[:, 1].reshape(
-            n_layers, len(rows)
-        )
-        for layer in range(n_layers):
-            tables.layer_scores["example_id"] += [v.example_id for v in canonical]
-            tables.layer_scores["layer"] += [layer] * len(rows)
-            tables.layer_scores["pooling"] += [pooling] * len(rows)
-            tables.layer_scores["metric"] += ["replicate_distance"] * len(rows)
-            tables.layer_scores["family"] += ["canonical"] * len(rows)
-            tables.layer_scores["value"] += dist[layer].tolist()
+        scored.extend(written)
+    scored.items += layer_item_scores(scored.layers)
+    return build.scored_columns(scored)
 
 
-def _mode_rows(
-    tables: UnitTables, variants: Sequence[Variant], unit_answers: UnitAnswers, replicate: int
-) -> None:
-    """``mode_answers`` rows: every answer mode's answer of every option variant."""
-    rows = tables.mode_answers
-    for variant, answers in zip(variants, unit_answers.by_mode, strict=True):
-        for mode, answer in answers.items():
-            rows["example_id"].append(variant.example_id)
-            rows["variant_id"].append(variant.variant_id)
-            rows["replicate"].append(replicate)
-            rows["answer_mode"].append(mode)
-            rows["answer_index"].append(answer.answer_index)
-            rows["correct"].append(answer.correct)
-            rows["p_gold"].append(answer.p_gold)
-            rows["option_scores"].append(answer.option_loglik.tolist())
-            rows["option_logprobs"].append(answer.option_logprobs.tolist())
+def evaluate_unit(
+    model: LanguageModel,
+    data: Dataset,
+    variants: Sequence[Variant],
+    settings: AnswerSettings | GenerationSettings | None = None,
+    stream: StreamSettings | None = None,
+) -> UnitTables:
+    """Every chunk, then the finish, in memory: the whole unit's rows (library use and tests; ``sago run``
+    commits chunk by chunk instead).
 
-
-def _activation_items(tables: UnitTables, example_ids: list[str], layer_rows: Any) -> None:
-    """item_scores rows for the activation axis: each layer-wise metric averaged over layers."""
-    groups: dict[tuple[int, str, str | None], list[float]] = defaultdict(list)
-    for e, metric, family, value in zip(
-        layer_rows.example_index, layer_rows.metric, layer_rows.family, layer_rows.value, strict=True
-    ):
-        groups[(int(e), metric, family)].append(float(value))
-    for (e, metric, family), values in groups.items():
-        tables.item_scores["example_id"].append(example_ids[e])
-        tables.item_scores["axis"].append("activation")
-        tables.item_scores["metric"].append(metric)
-        tables.item_scores["family"].append(family)
-        tables.item_scores["value"].append(
-            float(np.nanmean(values)) if np.isfinite(values).any() else float("nan")
-        )
-
-
-def _dataset_row(
-    tables: UnitTables,
-    axis: str,
-    metric: str,
-    family: str | None,
-    layer: int | None,
-    pooling: str | None,
-    value: float,
-) -> None:
-    row = tables.dataset_scores
-    row["axis"].append(axis)
-    row["metric"].append(metric)
-    row["family"].append(family)
-    row["layer"].append(layer)
-    row["pooling"].append(pooling)
-    row["value"].append(float(value))
-
-
-def variant_rows(dataset_id: str, variants: Sequence[Variant]) -> dict[str, list[Any]]:
-    return {
-        "dataset_id": [dataset_id] * len(variants),
-        "example_id": [v.example_id for v in variants],
-        "variant_id": [v.variant_id for v in variants],
-        "family": [v.family for v in variants],
-        "params_json": [v.params for v in variants],
-        "is_canonical": [v.is_canonical for v in variants],
-        "meaning_preserving": [v.meaning_preserving for v in variants],
-        "prompt": [v.prompt for v in variants],
-        "option_order": [list(v.option_order) for v in variants],
-        "option_labels": [list(v.option_labels) for v in variants],
-        "system_prompt": [v.system_prompt for v in variants],
-    }
-
-
-def params_json(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, default=str)
+    settings: prompt format, answer mode and generation limits (a bare :class:`GenerationSettings`
+    means plain prompts and ``cloze`` answers)."""
+    if not isinstance(settings, AnswerSettings):
+        settings = AnswerSettings(generation=settings or GenerationSettings())
+    stream = stream or StreamSettings()
+    check_fits(model, data, variants, settings)
+    context = model_context(model, variants, stream)
+    parts: list[TableRows] = []
+    partials: list[dict[str, Partial]] = []
+    correct = 0
+    for chunk in evaluate_chunks(model, data, variants, settings, context, stream):
+        parts.append(chunk.rows)
+        partials.append(chunk.partials)
+        correct += chunk.n_canonical_correct
+    parts.append(finish_unit(context, partials))
+    tables = build.concat(parts)
+    return UnitTables(tables, correct / context.n_examples if context.n_examples else float("nan"))

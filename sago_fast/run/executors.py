@@ -3,14 +3,15 @@
 Ray (optional extra ``sago_fast[ray]``): one task per checkpoint (the model is exported and loaded once
 and its session reused for all its datasets), one GPU per task on CUDA (so one ORT session per GPU) or
 ``cpus_per_task`` CPUs (the ORT session gets as many threads), ``max_retries`` on worker failure. Tasks
-return rows; only the driver writes the results file.
+are streaming generators: each chunk's rows reach the driver as soon as they are ready, and only the
+driver writes the results file.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from sago_fast.errors import InputError
@@ -18,7 +19,10 @@ from sago_fast.registry import Registry
 from sago_fast.run.config import RunConfig
 from sago_fast.run.progress import RunProgress
 from sago_fast.run.units import Plan, Unit
-from sago_fast.run.worker import UnitOutcome, evaluate_checkpoint
+from sago_fast.run.worker import ChunkOutcome, UnitOutcome, evaluate_checkpoint
+from sago_fast.store.store import ChunksDone
+
+Outcome = ChunkOutcome | UnitOutcome
 
 log = logging.getLogger(__name__)
 
@@ -34,26 +38,34 @@ def _subset(plan: Plan, units: Sequence[Unit]) -> tuple[dict, dict]:
 
 @EXECUTORS.register("local")
 def local_outcomes(
-    plan: Plan, units: Sequence[Unit], config: RunConfig, progress: RunProgress | None = None
-) -> Iterator[UnitOutcome]:
+    plan: Plan,
+    units: Sequence[Unit],
+    config: RunConfig,
+    progress: RunProgress | None = None,
+    resume: Mapping[str, ChunksDone] | None = None,
+) -> Iterator[Outcome]:
     for checkpoint, group in plan.by_checkpoint(units):
         yield from evaluate_checkpoint(
-            checkpoint, group, plan.datasets, plan.variants, config, plan.run_id, progress=progress
+            checkpoint, group, plan.datasets, plan.variants, config, plan.run_id, progress=progress, resume=resume
         )
 
 
-def _ray_task(checkpoint, units, datasets, variants, config, run_id, threads) -> list[UnitOutcome]:
+def _ray_task(checkpoint, units, datasets, variants, config, run_id, threads, resume) -> Iterator[Outcome]:
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    return list(
-        evaluate_checkpoint(checkpoint, units, datasets, variants, config, run_id, session_threads=threads)
+    yield from evaluate_checkpoint(
+        checkpoint, units, datasets, variants, config, run_id, session_threads=threads, resume=resume
     )
 
 
 @EXECUTORS.register("ray")
 def ray_outcomes(
-    plan: Plan, units: Sequence[Unit], config: RunConfig, progress: RunProgress | None = None
-) -> Iterator[UnitOutcome]:
-    """Units finish on the workers; ``progress`` hears of each when its outcome arrives."""
+    plan: Plan,
+    units: Sequence[Unit],
+    config: RunConfig,
+    progress: RunProgress | None = None,
+    resume: Mapping[str, ChunksDone] | None = None,
+) -> Iterator[Outcome]:
+    """Chunks and units finish on the workers; ``progress`` hears of each when its outcome arrives."""
     try:
         import ray
     except ImportError:
@@ -65,16 +77,23 @@ def ray_outcomes(
     try:
         gpus = 1 if config.device == "cuda" else 0
         cpus = config.ray_cpus_per_task
-        task = ray.remote(num_cpus=cpus, num_gpus=gpus, max_retries=config.ray_max_retries)(_ray_task)
-        pending = []
+        task = ray.remote(
+            num_cpus=cpus, num_gpus=gpus, max_retries=config.ray_max_retries, num_returns="streaming"
+        )(_ray_task)
+        streams = []
         for checkpoint, group in plan.by_checkpoint(units):
             datasets, variants = _subset(plan, group)
-            pending.append(
-                task.remote(checkpoint, group, datasets, variants, config, plan.run_id, max(1, int(cpus)))
+            mine = {u.unit_id: (resume or {})[u.unit_id] for u in group if u.unit_id in (resume or {})}
+            streams.append(
+                task.remote(checkpoint, group, datasets, variants, config, plan.run_id, max(1, int(cpus)), mine)
             )
-        while pending:
-            done, pending = ray.wait(pending, num_returns=1)
-            yield from ray.get(done[0])
+        while streams:
+            ready, _ = ray.wait(streams, num_returns=1)
+            stream = ready[0]
+            try:
+                yield ray.get(next(stream))
+            except StopIteration:
+                streams.remove(stream)
     finally:
         if started_here:
             ray.shutdown()

@@ -39,7 +39,7 @@ def _unit_folders(paths: Sequence[str | os.PathLike[str]]) -> tuple[list[Path], 
         for parquet_dir in sorted(
             {p.parent for p in root.rglob("*.parquet")} | {p.parent for p in root.rglob(MANIFEST)}
         ):
-            if parquet_dir.name.startswith("."):
+            if any(part.startswith(".") for part in parquet_dir.relative_to(root).parts):
                 damaged.append(
                     (str(parquet_dir), "incomplete (temporary folder of a writer that did not finish)")
                 )

@@ -1,10 +1,12 @@
-"""Drive a run: plan units, skip the finished ones, evaluate the rest (locally or on Ray), write each
-unit's rows and done mark in one transaction (or one Parquet unit folder per unit when sharded)."""
+"""Drive a run: plan units, skip the finished ones, resume the unfinished ones after their last committed
+chunk, evaluate the rest (locally or on Ray), write each chunk as it comes (one transaction, or one
+Parquet chunk folder when sharded) and finish each unit from its chunks' partial states."""
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
 from sago_fast.errors import DiskFullError, Interrupted, SagoError
@@ -13,7 +15,8 @@ from sago_fast.run.executors import EXECUTORS
 from sago_fast.run.progress import RunProgress
 from sago_fast.run.sinks import DuckDBSink, ParquetShardSink, Sink
 from sago_fast.run.units import parse_shard, plan_run
-from sago_fast.run.worker import UnitOutcome
+from sago_fast.run.units import Unit
+from sago_fast.run.worker import ChunkOutcome, UnitOutcome, finish_rows
 from sago_fast.runinfo import run_row
 from sago_fast.runtime.light import start_without_torch_if_exported
 from sago_fast.store import Store
@@ -79,6 +82,8 @@ def run(
     )
     finished = sink.finished(plan.run_id, [u.unit_id for u in units])
     todo = [u for u in units if u.unit_id not in finished]
+    resume = {u.unit_id: sink.chunks_done(plan.run_id, u.unit_id) for u in todo}
+    resume = {unit_id: done for unit_id, done in resume.items() if done.n_chunks}
     if light_start and config.executor == "local":
         start_without_torch_if_exported(
             {u.model_id: u.checkpoint for u in todo}.values(), device, config.cache_dir
@@ -86,29 +91,41 @@ def run(
     skipped = len(units) - len(todo)
     if skipped:
         log.info("run %s: %d of %d units already done, skipped", plan.run_id, skipped, len(units))
+    for unit_id, done in resume.items():
+        log.info("unit %s: resuming after %d committed chunks (%d examples)", unit_id, done.n_chunks, len(done.example_ids))
     results: list[UnitResult] = []
     failed: list[tuple[str, str]] = []
     provider = ""
     shown = RunProgress.choose(len(units), skipped, progress)
+    by_id = {u.unit_id: u for u in todo}
+    examples_done = {unit_id: len(done.example_ids) for unit_id, done in resume.items()}
     try:
-        outcomes = EXECUTORS.get(config.executor)(plan, todo, config, shown)
+        outcomes = EXECUTORS.get(config.executor)(plan, todo, config, shown, resume)
         for outcome in outcomes:
             where = f"{outcome.checkpoint} × {plan.datasets[outcome.dataset_id].name}"
+            if isinstance(outcome, ChunkOutcome):
+                _write(sink, plan.run_id, where, lambda o=outcome: sink.write_chunk(plan.run_id, o.unit_id, o.chunk, o.rows))
+                examples_done[outcome.unit_id] = examples_done.get(outcome.unit_id, 0) + outcome.n_examples
+                total = len(plan.datasets[outcome.dataset_id].examples)
+                shown.examples(where, examples_done[outcome.unit_id], total)
+                continue
             if outcome.rows is None:
                 failed.append((where, outcome.error or "unknown error"))
                 log.error("unit %s failed: %s", where, outcome.error)
             else:
-                _write(sink, plan.run_id, outcome)
+                unit = by_id[outcome.unit_id]
+                result = _finish(sink, plan.run_id, unit, outcome, where)
                 provider = outcome.provider or provider
-                results.append(_result(outcome))
+                results.append(result)
                 log.info("unit %s done in %.1fs", where, outcome.seconds)
             shown.unit_finished(where, outcome.error if outcome.rows is None else None, outcome.seconds)
     except KeyboardInterrupt:
         # wherever Ctrl-C lands (a unit, a write, between units): one line saying what is kept
         kept_in = config.db if config.shard is None else config.shard_dir
         raise Interrupted(
-            f"{len(results) + skipped} of {len(units)} units are finished and kept in {kept_in}; the unit in "
-            "progress was not written. Run the same command again to resume."
+            f"{len(results) + skipped} of {len(units)} units are finished and kept in {kept_in}, with the chunks "
+            "committed of the unit in progress; only the chunk in progress was not written. Run the same "
+            "command again to resume."
         ) from None
     finally:
         shown.close()
@@ -162,15 +179,30 @@ def _has_stats(db: Any, run_id: str) -> bool:
         return store.has_stats(run_id)
 
 
-def _write(sink: Sink, run_id: str, outcome: UnitOutcome) -> None:
-    assert outcome.rows is not None
+def _finish(sink: Sink, run_id: str, unit: Unit, outcome: UnitOutcome, where: str) -> UnitResult:
+    """Finish a unit whose chunks are all committed: the dataset scorers' rows and the done mark."""
+    chunks = sink.chunks_done(run_id, unit.unit_id)
+    rows = finish_rows(run_id, unit, outcome, chunks, sink.chunk_states(run_id, unit.unit_id))
+    _write(sink, run_id, where, lambda: sink.write(run_id, unit.unit_id, rows))
+    return UnitResult(
+        outcome.model_id,
+        outcome.checkpoint,
+        outcome.dataset_id,
+        outcome.n_examples,
+        outcome.n_variants,
+        float(rows["units"]["accuracy"][0]),
+        outcome.seconds,
+    )
+
+
+def _write(sink: Sink, run_id: str, where: str, write: Callable[[], bool]) -> None:
     try:
-        sink.write(run_id, outcome.unit_id, outcome.rows)
+        write()
     except Exception as exc:
         if is_disk_full(exc):
             raise DiskFullError(
-                f"the disk is full (writing unit {outcome.checkpoint} to {sink.where}): that unit was rolled back "
-                "and finished units are kept; free some space and run the same command again to finish"
+                f"the disk is full (writing {where} to {sink.where}): that chunk was rolled back and the chunks "
+                "and units before it are kept; free some space and run the same command again to finish"
             ) from None
         raise
 
@@ -185,16 +217,3 @@ def is_disk_full(exc: BaseException) -> bool:
     if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EFBIG):
         return True
     return any(marker in str(exc).lower() for marker in DISK_FULL_MARKERS)
-
-
-def _result(outcome: UnitOutcome) -> UnitResult:
-    model_id = outcome.rows["units"]["model_id"][0]  # type: ignore[index]
-    return UnitResult(
-        model_id,
-        outcome.checkpoint,
-        outcome.dataset_id,
-        outcome.n_examples,
-        outcome.n_variants,
-        outcome.accuracy,
-        outcome.seconds,
-    )

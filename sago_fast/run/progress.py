@@ -1,6 +1,8 @@
-"""What a run shows while it works: on a terminal, tqdm's unit bar (naming the unit in progress) with one
-bar per model pass below it; elsewhere (CI, ``make demo > log``) lines on stderr, one when a unit starts
-and ends and at most one every ``interval`` seconds inside a pass (``prefill``, ``score``, ``generate``)."""
+"""What a run shows while it works: on a terminal, tqdm's unit bar (naming the unit in progress), the
+unit's examples bar (examples committed of its total, counting chunks committed before a resume) and one
+bar per model pass below them; elsewhere (CI, ``make demo > log``) lines on stderr, one when a unit starts
+and ends and at most one every ``interval`` seconds inside a pass (``prefill``, ``score``, ``generate``)
+or for the examples committed."""
 
 from __future__ import annotations
 
@@ -29,6 +31,9 @@ class RunProgress:
         self.interval = interval
         self.file = file
         self._bar: Any = None
+        self._examples: Any = None
+        self._examples_of = ""
+        self._last_line = 0.0
         self._started = time.monotonic()
         if mode == "bars":
             from tqdm import tqdm
@@ -49,7 +54,27 @@ class RunProgress:
             return LinePasses(label, self.interval, file=self.file)
         return NoProgress()
 
+    def examples(self, label: str, done: int, total: int) -> None:
+        """A chunk of unit ``label`` is committed: ``done`` of its ``total`` examples are."""
+        if self.mode == "bars":
+            from tqdm import tqdm
+
+            if self._examples is None or self._examples_of != label:
+                if self._examples is not None:
+                    self._examples.close()
+                self._examples = tqdm(total=total, desc="examples", unit="ex", file=self.file, leave=False)
+                self._examples_of = label
+            self._examples.update(done - self._examples.n)
+        elif self.mode == "lines":
+            now = time.monotonic()
+            if done >= total or now - self._last_line >= self.interval:
+                self._last_line = now
+                progress_line(self.file, f"unit {self.done + 1}/{self.total} {label}: {done}/{total} examples committed")
+
     def unit_finished(self, label: str, error: str | None, seconds: float) -> None:
+        if self._examples is not None:
+            self._examples.close()
+            self._examples = None
         self.done += 1
         if self.mode == "bars":
             self._bar.update(1)
@@ -62,6 +87,9 @@ class RunProgress:
             )
 
     def close(self) -> None:
+        if self._examples is not None:
+            self._examples.close()
+            self._examples = None
         if self._bar is not None:
             self._bar.close()
             self._bar = None

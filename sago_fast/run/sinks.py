@@ -1,6 +1,14 @@
-"""Where a finished unit's rows go (one :class:`Sink` protocol): the DuckDB results file (one transaction
-per unit, done mark included) or a Parquet shard folder (one folder per unit, written under a temporary
-name and renamed)."""
+"""Where a run's rows go (one :class:`Sink` protocol): the DuckDB results file, or a Parquet shard folder.
+
+A unit is written chunk by chunk, each chunk all or nothing with its ``unit_chunks`` row (which carries its
+dataset scorers' partial state), then finished: its last rows and its done mark (``units``) together.
+
+- DuckDB: one transaction per chunk and one for the finish (:meth:`Store.write_chunk`,
+  :meth:`Store.write_unit`).
+- Parquet: chunk folders ``<root>/<run_id>/.<unit_id>.chunks/<chunk>/`` (each written under a temporary
+  name and renamed), joined at the finish into the unit folder ``<root>/<run_id>/<unit_id>/`` holding
+  ``<table>.parquet`` and ``manifest.json`` (row counts per table, the run row, the planned units).
+"""
 
 from __future__ import annotations
 
@@ -9,30 +17,40 @@ import logging
 import os
 import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from sago_fast.run.worker import Rows
 from sago_fast.store import Store
-from sago_fast.store.schema import ROW_KEYS
+from sago_fast.store.rows import TableRows
+from sago_fast.store.store import ChunksDone
 
 log = logging.getLogger(__name__)
 
 MANIFEST = "manifest.json"
 SHARD_FORMAT = 1
+CHUNK_DONE = "chunk.json"
 
 
 class Sink(Protocol):
-    """Receives a run's finished units."""
+    """Receives a run's chunks and finished units."""
 
     where: str  # the database file or shard folder, for messages
 
     def finished(self, run_id: str, unit_ids: Sequence[str]) -> set[str]:
-        """The units among ``unit_ids`` already written by an earlier invocation."""
+        """The units among ``unit_ids`` already finished by an earlier invocation."""
 
-    def write(self, run_id: str, unit_id: str, rows: Rows) -> bool:
-        """Write one unit (all or nothing); False when it was already there."""
+    def chunks_done(self, run_id: str, unit_id: str) -> ChunksDone:
+        """The chunks of an unfinished unit already committed."""
+
+    def write_chunk(self, run_id: str, unit_id: str, chunk: int, rows: TableRows) -> bool:
+        """Write one chunk (all or nothing); False when it was already there."""
+
+    def chunk_states(self, run_id: str, unit_id: str) -> list[bytes]:
+        """The committed chunks' partial states, in chunk order."""
+
+    def write(self, run_id: str, unit_id: str, rows: TableRows) -> bool:
+        """Finish one unit: its last rows and done mark (all or nothing); False when already done."""
 
     def finish(self, run_id: str, status: str, provider: str) -> None:
         """Record how the run ended."""
@@ -41,7 +59,7 @@ class Sink(Protocol):
 
 
 class DuckDBSink:
-    """The results database: the run's row on open, one transaction per unit, its status at the end."""
+    """The results database: the run's row on open, a transaction per chunk and per finish, the status."""
 
     def __init__(self, db: str | os.PathLike[str], run_row: dict[str, list[Any]]) -> None:
         self.store = Store(db)
@@ -54,7 +72,16 @@ class DuckDBSink:
     def finished(self, run_id: str, unit_ids: Sequence[str]) -> set[str]:
         return self.store.done_units(run_id) & set(unit_ids)
 
-    def write(self, run_id: str, unit_id: str, rows: Rows) -> bool:
+    def chunks_done(self, run_id: str, unit_id: str) -> ChunksDone:
+        return self.store.chunks_done(run_id, unit_id)
+
+    def write_chunk(self, run_id: str, unit_id: str, chunk: int, rows: TableRows) -> bool:
+        return write_chunk(self.store, run_id, unit_id, chunk, rows)
+
+    def chunk_states(self, run_id: str, unit_id: str) -> list[bytes]:
+        return self.store.chunk_states(run_id, unit_id)
+
+    def write(self, run_id: str, unit_id: str, rows: TableRows) -> bool:
         return write_rows(self.store, run_id, unit_id, rows)
 
     def finish(self, run_id: str, status: str, provider: str) -> None:
@@ -64,20 +91,19 @@ class DuckDBSink:
         self.store.close()
 
 
-def write_rows(store: Store, run_id: str, unit_id: str, rows: Rows | dict[str, Any]) -> bool:
-    """Insert one unit's rows and its done mark in one transaction; False (nothing written) when the
-    unit is already done, so writing the same unit twice never duplicates rows."""
-    with store.transaction():
-        if store.unit_done(run_id, unit_id):
-            return False
-        for table, columns in rows.items():
-            store.insert(table, columns, key=ROW_KEYS.get(table, ()))
-    return True
+def write_chunk(store: Store, run_id: str, unit_id: str, chunk: int, rows: TableRows) -> bool:
+    """One chunk's rows in one transaction (a seam the fault tests replace)."""
+    return store.write_chunk(run_id, unit_id, chunk, rows)
+
+
+def write_rows(store: Store, run_id: str, unit_id: str, rows: Mapping[str, Any]) -> bool:
+    """A unit's last rows and done mark in one transaction; False (nothing written) when the unit is
+    already done, so writing the same unit twice never duplicates rows."""
+    return store.write_unit(run_id, unit_id, rows)
 
 
 class ParquetShardSink:
-    """Unit folders ``<root>/<run_id>/<unit_id>/`` holding ``<table>.parquet`` and ``manifest.json``
-    (row counts per table, the run row, the planned units), renamed into place when complete."""
+    """Parquet folders per chunk, joined per unit when it finishes (see the module docstring)."""
 
     def __init__(
         self, root: str | os.PathLike[str], run_row: dict[str, list[Any]], planned_units: list[str]
@@ -99,38 +125,102 @@ class ParquetShardSink:
     def unit_dir(self, run_id: str, unit_id: str) -> Path:
         return self.root / run_id / unit_id
 
+    def chunks_dir(self, run_id: str, unit_id: str) -> Path:
+        return self.root / run_id / f".{unit_id}.chunks"
+
     def done(self, run_id: str, unit_id: str) -> bool:
         return (self.unit_dir(run_id, unit_id) / MANIFEST).is_file()
 
-    def write(self, run_id: str, unit_id: str, rows: Rows) -> bool:
+    def _chunk_folders(self, run_id: str, unit_id: str) -> list[Path]:
+        folder = self.chunks_dir(run_id, unit_id)
+        if not folder.is_dir():
+            return []
+        return sorted(p for p in folder.iterdir() if p.is_dir() and (p / CHUNK_DONE).is_file())
+
+    def chunks_done(self, run_id: str, unit_id: str) -> ChunksDone:
+        import pyarrow.parquet as pq
+
+        ids: list[str] = []
+        n_variants = n_correct = 0
+        seconds = 0.0
+        folders = self._chunk_folders(run_id, unit_id)
+        for folder in folders:
+            row = pq.read_table(folder / "unit_chunks.parquet", columns=[
+                "example_ids", "n_variants", "n_canonical_correct", "seconds"
+            ]).to_pylist()[0]
+            ids += row["example_ids"]
+            n_variants += row["n_variants"]
+            n_correct += row["n_canonical_correct"]
+            seconds += row["seconds"]
+        return ChunksDone(len(folders), tuple(ids), n_variants, n_correct, seconds)
+
+    def chunk_states(self, run_id: str, unit_id: str) -> list[bytes]:
+        import pyarrow.parquet as pq
+
+        return [
+            pq.read_table(folder / "unit_chunks.parquet", columns=["state"]).column("state")[0].as_py()
+            for folder in self._chunk_folders(run_id, unit_id)
+        ]
+
+    def write_chunk(self, run_id: str, unit_id: str, chunk: int, rows: TableRows) -> bool:
+        if self.done(run_id, unit_id):
+            return False
+        final = self.chunks_dir(run_id, unit_id) / f"{chunk:06d}"
+        if (final / CHUNK_DONE).is_file():
+            return False
+        _write_folder(final, rows)
+        return True
+
+    def write(self, run_id: str, unit_id: str, rows: TableRows) -> bool:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
         from sago_fast.store.store import _arrow_column
 
-        final = self.unit_dir(run_id, unit_id)
-        if (final / MANIFEST).is_file():
+        if self.done(run_id, unit_id):
             return False
-        final.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{unit_id}.", suffix=".tmp", dir=final.parent))
-        try:
-            counts = {}
-            for table, columns in {"runs": self.run_row, **rows}.items():
-                arrow = pa.table({name: _arrow_column(values) for name, values in columns.items()})
-                pq.write_table(arrow, tmp / f"{table}.parquet")
-                counts[table] = arrow.num_rows
-            manifest = {
-                "format": SHARD_FORMAT,
-                "run_id": run_id,
-                "unit_id": unit_id,
-                "rows": counts,
-                "planned_units": self.planned_units,
-            }
-            (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1), encoding="utf-8")
-            if final.exists():  # an incomplete folder from a killed writer: never read, replaced
-                shutil.rmtree(final)
-            os.replace(tmp, final)
-        finally:
-            if tmp.exists():
-                shutil.rmtree(tmp)
+        tables: dict[str, list[Any]] = {}
+        for folder in self._chunk_folders(run_id, unit_id):
+            for file in sorted(folder.glob("*.parquet")):
+                table = pq.read_table(file)
+                if file.stem == "unit_chunks":  # the partial state is not needed once the unit is finished
+                    table = table.set_column(
+                        table.schema.get_field_index("state"), "state", pa.nulls(table.num_rows, pa.binary())
+                    )
+                tables.setdefault(file.stem, []).append(table)
+        for table, columns in {"runs": self.run_row, **rows}.items():
+            tables.setdefault(table, []).append(pa.table({n: _arrow_column(v) for n, v in columns.items()}))
+        joined = {name: pa.concat_tables(parts, promote_options="default") for name, parts in tables.items()}
+        manifest = {"format": SHARD_FORMAT, "run_id": run_id, "unit_id": unit_id, "planned_units": self.planned_units}
+        _write_folder(self.unit_dir(run_id, unit_id), joined, manifest)
+        shutil.rmtree(self.chunks_dir(run_id, unit_id), ignore_errors=True)
         return True
+
+
+def _write_folder(final: Path, tables: Mapping[str, Any], manifest: dict[str, Any] | None = None) -> dict[str, int]:
+    """Write ``<table>.parquet`` files and a done file (the manifest with row counts, or a chunk's
+    ``chunk.json``) under a temporary name, then rename the folder into place."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from sago_fast.store.store import _arrow_column
+
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent))
+    try:
+        counts = {}
+        for table, columns in tables.items():
+            arrow = columns if isinstance(columns, pa.Table) else pa.table(
+                {name: _arrow_column(values) for name, values in columns.items()}
+            )
+            pq.write_table(arrow, tmp / f"{table}.parquet")
+            counts[table] = arrow.num_rows
+        done_name = MANIFEST if manifest is not None else CHUNK_DONE
+        (tmp / done_name).write_text(json.dumps({**(manifest or {}), "rows": counts}, indent=1), encoding="utf-8")
+        if final.exists():  # an incomplete folder from a killed writer: never read, replaced
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+    return counts

@@ -126,6 +126,7 @@ def result_settings(config: RunConfig) -> dict[str, object]:
         "num_fewshot": config.num_fewshot,
         "fewshot_from": config.fewshot_from,
         "fields": config.fields,
+        "sample_memory_mb": config.sample_memory_mb,
         "sago_fast": __version__,
     }
 

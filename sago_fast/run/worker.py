@@ -1,7 +1,9 @@
-"""Evaluate the units of one checkpoint: load (export, cached) once, answer every dataset, return rows.
+"""Evaluate the units of one checkpoint: load (export, cached) once, stream every dataset in chunks.
 
 The same function runs in the driver process (local executor) and in Ray workers; it never touches the
-results database: what it returns is written by a sink (DuckDB or Parquet shards) in the driver.
+results database. It yields a :class:`ChunkOutcome` per answered chunk and a :class:`UnitOutcome` when a
+unit's chunks are all answered (or it failed); the driver writes each chunk as it comes and finishes the
+unit (:func:`finish_rows`) from the chunks' committed partial states.
 """
 
 from __future__ import annotations
@@ -9,39 +11,56 @@ from __future__ import annotations
 import logging
 import time
 import traceback
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from typing import Any
 
+from sago_fast.axes import DATASET_SCORERS
+from sago_fast.axes.levels import UnitContext, pack_partials, unpack_partials
 from sago_fast.checkpoints.resolve import Checkpoint
-from sago_fast.datasets.resolve import Dataset
 from sago_fast.errors import raise_if_interrupted
 from sago_fast.run.config import RunConfig
-from sago_fast.run.evaluate import evaluate_unit, variant_rows
+from sago_fast.run.evaluate import check_fits, evaluate_chunks, finish_unit, model_context
 from sago_fast.run.progress import RunProgress
 from sago_fast.run.units import Unit
 from sago_fast.runtime.progress import NoProgress
-from sago_fast.store.schema import RESULT_TABLES
-from sago_fast.types import Variant
+from sago_fast.store import rows as build
+from sago_fast.store.rows import TableRows
+from sago_fast.store.store import ChunksDone
+from sago_fast.types import Dataset, Variant
 
 log = logging.getLogger(__name__)
 
-Rows = dict[str, dict[str, list[Any]]]  # table -> columns
+NOTHING_DONE = ChunksDone(0, (), 0, 0, 0.0)
 
 
 @dataclass(frozen=True)
-class UnitOutcome:
-    """A finished unit: its rows (table -> columns, ``units`` row included), or the error that stopped it."""
+class ChunkOutcome:
+    """One answered chunk of a unit: its rows, ``unit_chunks`` row (with the partial state) included."""
 
     unit_id: str
     checkpoint: str
     dataset_id: str
-    rows: Rows | None
+    chunk: int
+    n_examples: int
+    rows: TableRows
+    seconds: float
+
+
+@dataclass(frozen=True)
+class UnitOutcome:
+    """A unit whose chunks are all answered (``context`` set, ``rows``: its model and dataset rows), or
+    the error that stopped it (``rows`` None; its committed chunks stay)."""
+
+    unit_id: str
+    checkpoint: str
+    dataset_id: str
+    rows: TableRows | None
     error: str | None
     seconds: float
     provider: str = ""
-    accuracy: float = float("nan")
+    model_id: str = ""
+    context: UnitContext | None = None
     n_examples: int = 0
     n_variants: int = 0
 
@@ -55,8 +74,10 @@ def evaluate_checkpoint(
     run_id: str,
     session_threads: int = 0,
     progress: RunProgress | None = None,
-) -> Iterator[UnitOutcome]:
-    """Yield one outcome per unit; a checkpoint that cannot be loaded fails all its units."""
+    resume: Mapping[str, ChunksDone] | None = None,
+) -> Iterator[ChunkOutcome | UnitOutcome]:
+    """Yield each unit's chunks then its outcome; a checkpoint that cannot be loaded fails all its units.
+    resume: unit id -> the chunks an earlier invocation committed (those examples are not answered again)."""
     import sago_fast
     from sago_fast.runtime.session import SessionOptions
 
@@ -73,50 +94,60 @@ def evaluate_checkpoint(
         message = _describe(exc)
         for unit in units:
             yield UnitOutcome(
-                unit.unit_id,
-                str(checkpoint.display_path),
-                unit.dataset_id,
-                None,
-                message,
-                time.perf_counter() - start,
+                unit.unit_id, str(checkpoint.display_path), unit.dataset_id, None, message, time.perf_counter() - start
             )
         return
     with model:
         for unit in units:
-            data = datasets[unit.dataset_id]
-            unit_start = time.perf_counter()
-            try:
-                label = f"{checkpoint.display_path.name} × {data.name}"
-                model.progress = progress.unit_started(label) if progress is not None else NoProgress()
-                tables = evaluate_unit(model, data, variants[unit.dataset_id], config.answer_settings)
-            except Exception as exc:
-                raise_if_interrupted(exc)
-                yield UnitOutcome(
-                    unit.unit_id,
-                    str(checkpoint.display_path),
-                    unit.dataset_id,
-                    None,
-                    _describe(exc),
-                    time.perf_counter() - unit_start,
-                )
-                continue
-            finally:
-                model.progress.close()
-                model.progress = NoProgress()
-            seconds = time.perf_counter() - unit_start
-            rows = unit_rows(run_id, unit, model, data, variants[unit.dataset_id], tables, seconds)
-            yield UnitOutcome(
-                unit.unit_id,
-                str(checkpoint.display_path),
-                unit.dataset_id,
-                rows,
-                None,
-                seconds,
-                model.provider,
-                tables.accuracy,
-                len(data.examples),
-                len(variants[unit.dataset_id]),
+            yield from _evaluate(model, unit, datasets[unit.dataset_id], variants[unit.dataset_id], config, run_id,
+                                 progress, (resume or {}).get(unit.unit_id, NOTHING_DONE))
+
+
+def _evaluate(
+    model: Any,
+    unit: Unit,
+    data: Dataset,
+    variants: list[Variant],
+    config: RunConfig,
+    run_id: str,
+    progress: RunProgress | None,
+    done: ChunksDone,
+) -> Iterator[ChunkOutcome | UnitOutcome]:
+    where = str(model.checkpoint.display_path)
+    unit_start = time.perf_counter()
+    shared = {"models": build.model_columns(model), "datasets": build.dataset_columns(data)}
+    try:
+        label = f"{model.checkpoint.display_path.name} × {data.name}"
+        model.progress = progress.unit_started(label) if progress is not None else NoProgress()
+        settings = config.answer_settings
+        stream = config.stream_settings
+        check_fits(model, data, variants, settings)
+        context = model_context(model, variants, stream)
+        chunk_start = time.perf_counter()
+        for chunk in evaluate_chunks(
+            model, data, variants, settings, context, stream,
+            done=frozenset(done.example_ids), first_index=done.n_chunks,
+        ):
+            seconds = time.perf_counter() - chunk_start
+            record = build.chunk_columns(
+                run_id, unit.unit_id, model.model_id, data.dataset_id, chunk.index, chunk.example_ids,
+                chunk.n_variants, chunk.n_canonical_correct, seconds, pack_partials(chunk.partials),
             )
+            rows = {**shared, **build.with_identity(chunk.rows, run_id, model.model_id, data.dataset_id),
+                    "unit_chunks": record}
+            yield ChunkOutcome(unit.unit_id, where, data.dataset_id, chunk.index, len(chunk.example_ids), rows, seconds)
+            chunk_start = time.perf_counter()
+    except Exception as exc:
+        raise_if_interrupted(exc)
+        yield UnitOutcome(unit.unit_id, where, data.dataset_id, None, _describe(exc), time.perf_counter() - unit_start)
+        return
+    finally:
+        model.progress.close()
+        model.progress = NoProgress()
+    yield UnitOutcome(
+        unit.unit_id, where, data.dataset_id, shared, None, time.perf_counter() - unit_start,
+        model.provider, model.model_id, context, len(data.examples), len(variants),
+    )
 
 
 def _describe(exc: BaseException) -> str:
@@ -124,73 +155,18 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def unit_rows(
-    run_id: str,
-    unit: Unit,
-    model: Any,
-    data: Dataset,
-    variants: Sequence[Variant],
-    tables: Any,
-    seconds: float,
-) -> Rows:
-    """Every row one unit writes, ``units`` (its done mark) included."""
-    manifest = model.exported.manifest
-    examples = data.examples
-    rows: Rows = {
-        "models": {
-            "model_id": [model.model_id],
-            "checkpoint": [str(model.checkpoint.display_path)],
-            "model_type": [manifest["model_type"]],
-            "n_layers": [manifest["n_layers"]],
-            "d_model": [manifest["d_model"]],
-            "vocab_size": [manifest["vocab_size"]],
-            "export_key": [manifest["key"]],
-            "dtype": [manifest["dtype"]],
-            "source_format": [model.checkpoint.source_format],
-            "quantization": [model.checkpoint.quantization],
-        },
-        "datasets": {
-            "dataset_id": [data.dataset_id],
-            "name": [data.name],
-            "source": [data.source],
-            "reader": [data.reader],
-            "task_type": [",".join(data.task_types)],
-            "n_examples": [len(examples)],
-        },
-        "examples": {
-            "dataset_id": [data.dataset_id] * len(examples),
-            "example_id": [e.example_id for e in examples],
-            "task_type": [e.task_type for e in examples],
-            "question": [e.question for e in examples],
-            "options": [list(e.options) for e in examples],
-            "answer_index": [e.answer_index for e in examples],
-            "answers": [list(e.answers) for e in examples],
-        },
-        "variants": variant_rows(data.dataset_id, variants),
-    }
-    for table in RESULT_TABLES:
-        columns = dict(getattr(tables, table))
-        if columns:
-            n = len(next(iter(columns.values())))
-            rows[table] = {
-                "run_id": [run_id] * n,
-                "model_id": [model.model_id] * n,
-                "dataset_id": [data.dataset_id] * n,
-                **columns,
-            }
-    rows["units"] = {
-        "run_id": [run_id],
-        "unit_id": [unit.unit_id],
-        "model_id": [model.model_id],
-        "dataset_id": [data.dataset_id],
-        "shard": [unit.shard],
-        "checkpoint": [str(model.checkpoint.display_path)],
-        "status": ["done"],
-        "n_examples": [len(examples)],
-        "n_variants": [len(variants)],
-        "accuracy": [float(tables.accuracy)],
-        "seconds": [float(seconds)],
-        "provider": [model.provider],
-        "finished_at": [datetime.now(timezone.utc).replace(tzinfo=None)],
-    }
-    return rows
+def finish_rows(run_id: str, unit: Unit, outcome: UnitOutcome, chunks: ChunksDone, states: Sequence[bytes]) -> TableRows:
+    """A unit's last rows: every dataset scorer's finish over the committed chunks' states, and the
+    ``units`` row (its done mark; accuracy and seconds summed over the chunks)."""
+    assert outcome.context is not None and outcome.rows is not None
+    names = DATASET_SCORERS.names()
+    partials = [unpack_partials(state, names) for state in states]
+    rows = build.with_identity(finish_unit(outcome.context, partials), run_id, outcome.model_id, outcome.dataset_id)
+    n = outcome.n_examples
+    rows["units"] = build.unit_columns(
+        run_id, unit.unit_id, outcome.model_id, outcome.dataset_id,
+        shard=unit.shard, checkpoint=outcome.checkpoint, n_examples=n, n_variants=outcome.n_variants,
+        accuracy=chunks.n_canonical_correct / n if n else float("nan"),
+        seconds=chunks.seconds, provider=outcome.provider, n_chunks=chunks.n_chunks,
+    )
+    return {**outcome.rows, **rows}

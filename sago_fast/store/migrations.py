@@ -292,4 +292,45 @@ MIGRATIONS: tuple[Migration, ...] = (
         ALTER TABLE model_scores ADD COLUMN effect DOUBLE;
         """,
     ),
+    Migration(
+        9,
+        "streaming units: chunks committed as a unit runs (with their dataset-level partial state), "
+        "the estimator of sampled unit-level figures, progress of unfinished units",
+        """
+        CREATE TABLE unit_chunks (
+            run_id VARCHAR NOT NULL,
+            unit_id VARCHAR NOT NULL,
+            chunk INTEGER NOT NULL,
+            model_id VARCHAR,
+            dataset_id VARCHAR,
+            example_ids VARCHAR[],
+            n_examples INTEGER,
+            n_variants INTEGER,
+            n_canonical_correct INTEGER,
+            seconds DOUBLE,
+            finished_at TIMESTAMP,
+            state BLOB
+        );
+        CREATE TABLE unit_estimators (
+            run_id VARCHAR NOT NULL,
+            model_id VARCHAR NOT NULL,
+            dataset_id VARCHAR NOT NULL,
+            metric VARCHAR NOT NULL,
+            estimator VARCHAR,
+            sample_size INTEGER,
+            population INTEGER,
+            seed INTEGER
+        );
+        ALTER TABLE units ADD COLUMN n_chunks INTEGER;
+        CREATE VIEW unit_progress AS
+        SELECT c.run_id, c.unit_id, any_value(c.model_id) AS model_id, any_value(c.dataset_id) AS dataset_id,
+               count(*) AS chunks_done, sum(c.n_examples) AS examples_done,
+               any_value(d.n_examples) AS n_examples,
+               bool_or(u.status = 'done') IS TRUE AS done
+        FROM unit_chunks c
+        LEFT JOIN datasets d ON d.dataset_id = c.dataset_id
+        LEFT JOIN units u ON u.run_id = c.run_id AND u.unit_id = c.unit_id
+        GROUP BY c.run_id, c.unit_id;
+        """,
+    ),
 )

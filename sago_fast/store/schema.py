@@ -9,7 +9,15 @@ ROW_KEYS: dict[str, tuple[str, ...]] = {
     "examples": ("dataset_id", "example_id"),
     "variants": ("dataset_id", "variant_id"),
     "units": ("run_id", "unit_id"),
+    "unit_chunks": ("run_id", "unit_id", "chunk"),
 }
 
 # What one unit writes besides its shared rows (always new: the unit id is part of the run's key).
-RESULT_TABLES = ("outputs", "mode_answers", "item_scores", "layer_scores", "dataset_scores")
+RESULT_TABLES = (
+    "outputs",
+    "mode_answers",
+    "item_scores",
+    "layer_scores",
+    "dataset_scores",
+    "unit_estimators",
+)

@@ -6,6 +6,7 @@ import logging
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,18 @@ def _arrow_column(values: Any) -> Any:
     if isinstance(values, (pa.Array, pa.ChunkedArray)) or hasattr(values, "dtype"):
         return values
     return list(values)
+
+
+@dataclass(frozen=True)
+class ChunksDone:
+    """A unit's committed chunks: how many, their examples (in order), variants, correct canonical
+    answers and seconds, summed."""
+
+    n_chunks: int
+    example_ids: tuple[str, ...]
+    n_variants: int
+    n_canonical_correct: int
+    seconds: float
 
 
 class Store:
@@ -197,6 +210,58 @@ class Store:
             {"run": run_id, "unit": unit_id},
         )
         return bool(rows[0][0])
+
+    def chunks_done(self, run_id: str, unit_id: str) -> ChunksDone:
+        """What a unit has committed chunk by chunk (an unfinished unit resumes after it)."""
+        _, rows = self.query(
+            """SELECT count(*), coalesce(flatten(list(example_ids ORDER BY chunk)), []),
+                      coalesce(sum(n_variants), 0), coalesce(sum(n_canonical_correct), 0), coalesce(sum(seconds), 0)
+               FROM unit_chunks WHERE run_id = $run AND unit_id = $unit""",
+            {"run": run_id, "unit": unit_id},
+        )
+        n, ids, n_variants, n_correct, seconds = rows[0]
+        return ChunksDone(int(n), tuple(ids), int(n_variants), int(n_correct), float(seconds))
+
+    def chunk_states(self, run_id: str, unit_id: str) -> list[bytes]:
+        """The committed chunks' dataset-scorer states, in chunk order."""
+        _, rows = self.query(
+            "SELECT state FROM unit_chunks WHERE run_id = $run AND unit_id = $unit ORDER BY chunk",
+            {"run": run_id, "unit": unit_id},
+        )
+        return [bytes(r[0]) for r in rows]
+
+    def write_chunk(self, run_id: str, unit_id: str, chunk: int, rows: Mapping[str, Mapping[str, Any]]) -> bool:
+        """Insert one chunk's rows (its ``unit_chunks`` row included) in one transaction; False (nothing
+        written) when that chunk or the whole unit is already committed."""
+        from sago_fast.store.schema import ROW_KEYS
+
+        with self.transaction():
+            _, found = self.query(
+                """SELECT (SELECT count(*) FROM unit_chunks WHERE run_id = $run AND unit_id = $unit AND chunk = $chunk)
+                        + (SELECT count(*) FROM units WHERE run_id = $run AND unit_id = $unit AND status = 'done')""",
+                {"run": run_id, "unit": unit_id, "chunk": chunk},
+            )
+            if found[0][0]:
+                return False
+            for table, columns in rows.items():
+                self.insert(table, columns, key=ROW_KEYS.get(table, ()))
+        return True
+
+    def write_unit(self, run_id: str, unit_id: str, rows: Mapping[str, Mapping[str, Any]]) -> bool:
+        """Insert a unit's last rows and its done mark (``units``) in one transaction, dropping its chunks'
+        partial states (no longer needed); False (nothing written) when the unit is already done."""
+        from sago_fast.store.schema import ROW_KEYS
+
+        with self.transaction():
+            if self.unit_done(run_id, unit_id):
+                return False
+            for table, columns in rows.items():
+                self.insert(table, columns, key=ROW_KEYS.get(table, ()))
+            self.query(
+                "UPDATE unit_chunks SET state = NULL WHERE run_id = $run AND unit_id = $unit",
+                {"run": run_id, "unit": unit_id},
+            )
+        return True
 
     def has_stats(self, run_id: str) -> bool:
         """Whether ``sago stats`` has written the run's statistics."""

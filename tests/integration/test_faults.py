@@ -32,25 +32,25 @@ def config(db, checkpoints, cache_dir):
 
 def test_disk_full_is_one_line_rolls_back_and_a_rerun_finishes(tmp_path, checkpoints, cache_dir, monkeypatch):
     db = tmp_path / "r.duckdb"
-    real = sinks.write_rows
+    real = sinks.write_chunk
     calls = []
 
-    def full_on_second(store, run_id, unit_id, rows):
+    def full_on_second(store, run_id, unit_id, chunk, rows):
         calls.append(unit_id)
         if len(calls) == 2:
-            with store.transaction():  # half the unit goes in, then the disk is full
+            with store.transaction():  # half the chunk goes in, then the disk is full
                 store.insert("outputs", rows["outputs"])
                 raise OSError(errno.ENOSPC, "No space left on device")
-        return real(store, run_id, unit_id, rows)
+        return real(store, run_id, unit_id, chunk, rows)
 
-    monkeypatch.setattr(sinks, "write_rows", full_on_second)
+    monkeypatch.setattr(sinks, "write_chunk", full_on_second)
     with pytest.raises(DiskFullError, match="the disk is full") as info:
         run(config(db, checkpoints, cache_dir), progress=False)
     assert "\n" not in str(info.value) and "run the same command again" in str(info.value)
     with Store(db, read_only=True) as store:
         assert store.query("SELECT count(*) FROM units")[1] == [(1,)]
         assert store.query("SELECT count(DISTINCT model_id) FROM outputs")[1] == [(1,)]  # rolled back
-    monkeypatch.setattr(sinks, "write_rows", real)
+    monkeypatch.setattr(sinks, "write_chunk", real)
     result = run(config(db, checkpoints, cache_dir), progress=False)
     assert (len(result.units), result.skipped) == (1, 1)
     with Store(db, read_only=True) as store:
@@ -108,7 +108,7 @@ def test_ctrl_c_while_a_library_initialises_stops_the_run(tmp_path, checkpoints,
         except KeyboardInterrupt as exc:
             raise ImportError("initialization failed") from exc
 
-    monkeypatch.setattr(worker, "evaluate_unit", interrupted_import)
+    monkeypatch.setattr(worker, "evaluate_chunks", interrupted_import)
     with pytest.raises(Interrupted, match="Run the same command again to resume"):
         run(config(tmp_path / "r.duckdb", checkpoints, cache_dir), progress=False)
     with Store(tmp_path / "r.duckdb", read_only=True) as store:

@@ -87,6 +87,7 @@ def test_the_run_names_the_unit_in_progress(tmp_path, checkpoints, cache_dir):
     from sago_fast.run.executors import local_outcomes
     from sago_fast.run.progress import RunProgress
     from sago_fast.run.units import plan_run
+    from sago_fast.run.worker import ChunkOutcome
 
     config = RunConfig(
         models=(str(checkpoints["llama"]),),
@@ -102,8 +103,12 @@ def test_the_run_names_the_unit_in_progress(tmp_path, checkpoints, cache_dir):
     progress = RunProgress(len(plan.units), 0, "lines", file=out)
     seen = []
     for outcome in local_outcomes(plan, plan.units, config, progress):
-        seen.append(out.getvalue().splitlines()[-1])  # the last line before this unit finished
+        if isinstance(outcome, ChunkOutcome):
+            progress.examples(outcome.checkpoint, outcome.n_examples, 2)
+            continue
+        seen.append(out.getvalue().splitlines()[-2:])  # the lines before this unit finished
         progress.unit_finished(outcome.checkpoint, outcome.error, outcome.seconds)
-    assert seen[0] == "sago: unit 1/2 started: llama × capitals"
-    assert seen[1] == "sago: unit 2/2 started: llama × comparison"
+    assert seen[0][0] == "sago: unit 1/2 started: llama × capitals"
+    assert seen[1][0] == "sago: unit 2/2 started: llama × comparison"
+    assert seen[1][1].endswith("2/2 examples committed")
     assert out.getvalue().splitlines()[-1].startswith("sago: unit 2/2 done in ")

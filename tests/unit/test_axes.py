@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 from scipy.spatial.distance import jensenshannon
 
-from sago_fast.axes.activation import activation_scores
 from sago_fast.axes.confidence import calibration_by_family, confidence_scores, expected_calibration_error
 from sago_fast.axes.generation import generation_scores, text_agreement_scores
 from sago_fast.axes.mirroring import mirroring_scores, prompt_echo_scores
@@ -144,14 +143,42 @@ def reference_cka(A, B):
     return np.linalg.norm(B.T @ A) ** 2 / (np.linalg.norm(A.T @ A) * np.linalg.norm(B.T @ B))
 
 
-def test_activation_by_hand():
-    # 1 layer, 3 examples, variants (canonical, typo), d = 2
-    H = np.array([[[[1, 0], [0, 1]], [[1, 1], [1, -1]], [[0, 1], [1, 0]]]], dtype=float)  # (1, 3, 2, 2)
-    scores, dataset_rows = activation_scores(H, ("canonical", "typo"), np.array([True, True]), [None, "typo"])
+def activation_rows(H, layout, chunks):
+    """Every activation scorer on H (L, E, V, d), the examples split into ``chunks`` (lists of indices):
+    {(example, metric, family): value} per layer 0 and {(layer, metric, family): value} of dataset rows."""
+    from sago_fast.axes.levels import DATASET_SCORERS, LAYER_SCORERS, ActivationBlock, ChunkView, UnitContext
+
+    ids = [f"e{i}" for i in range(H.shape[1])]
+    context = UnitContext(len(ids), 0, frozenset({tuple(layout)}))
+    layer_rows, partials = [], {"dispersion": [], "neighbourhood": []}
+    for chunk in chunks:
+        block = ActivationBlock(
+            tuple(layout), np.ones(len(layout), dtype=bool), (None, *sorted(set(layout) - {"canonical"})),
+            tuple(ids[i] for i in chunk), "mean", H[:, chunk], H[:, chunk, 0],
+        )
+        layer_rows += LAYER_SCORERS.get("dispersion_raw").score(block, context)
+        view = ChunkView(context, [], np.zeros(0), np.zeros(0), np.zeros(0), np.zeros(0), [block])
+        for name in partials:
+            partials[name].append(DATASET_SCORERS.get(name).partial(view))
+    datasets = []
+    for name, parts in partials.items():
+        done = DATASET_SCORERS.get(name).finish(parts, context)
+        layer_rows += done.layers
+        datasets += done.datasets
     table = {
-        (int(e), m, f): v
-        for e, m, f, v in zip(scores.example_index, scores.metric, scores.family, scores.value, strict=True)
+        (int(e[1:]), m, f): v
+        for block in layer_rows
+        for e, layer, m, f, v in zip(block.example_id, block.layer, block.metric, block.family, block.value, strict=True)
+        if layer == 0
     }
+    return table, {(d.layer, d.metric, d.family): d.value for d in datasets}
+
+
+@pytest.mark.parametrize("chunks", [[[0, 1, 2]], [[0], [1, 2]], [[0], [1], [2]]])
+def test_activation_by_hand(chunks):
+    # 1 layer, 3 examples, variants (canonical, typo), d = 2; the same in one chunk or split
+    H = np.array([[[[1, 0], [0, 1]], [[1, 1], [1, -1]], [[0, 1], [1, 0]]]], dtype=np.float32)  # (1, 3, 2, 2)
+    table, dataset = activation_rows(H, ("canonical", "typo"), chunks)
     # every example's two variants are orthogonal: cosine distance 1
     for e in range(3):
         assert table[(e, "dispersion_raw", None)] == pytest.approx(1.0)
@@ -160,9 +187,36 @@ def test_activation_by_hand():
     assert table[(0, "dispersion", "typo")] == pytest.approx(1 / between)
     # k = E - 2 = 1 nearest other example: canonical 0->1, 1->0 (tie, lower index), 2->1; typo 0->2, 1->2, 2->1
     assert [table[(e, "knn_instability", "typo")] for e in range(3)] == [1.0, 1.0, 0.0]
-    cka = {(layer, metric, family): value for layer, metric, family, value in dataset_rows}
-    assert cka[(0, "cka", "typo")] == pytest.approx(reference_cka(H[0, :, 0], H[0, :, 1]))
-    assert cka[(0, "between_example_distance", "canonical")] == pytest.approx(between)
+    assert dataset[(0, "cka", "typo")] == pytest.approx(reference_cka(H[0, :, 0], H[0, :, 1]))
+    assert dataset[(0, "between_example_distance", "canonical")] == pytest.approx(between)
+
+
+def test_between_example_distance_from_sums_equals_scipy():
+    from scipy.spatial.distance import pdist
+
+    from sago_fast.axes.activation import between_example_distance, unit_vector_sums
+
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(2, 40, 7)).astype(np.float32)  # (L, E, d)
+    X[1, 5] = 0.0  # a zero row: distance 1 to every other row, as the kernels
+    parts = [unit_vector_sums(X[:, :17]), unit_vector_sums(X[:, 17:])]
+    got = between_example_distance(parts[0][0] + parts[1][0], parts[0][1] + parts[1][1], parts[0][2] + parts[1][2])
+    for layer in range(2):
+        expected = pdist(X[layer].astype(np.float64), "cosine")
+        expected[np.isnan(expected)] = 1.0  # scipy: NaN against a zero row
+        assert got[layer] == pytest.approx(expected.mean(), rel=1e-12)
+
+
+def test_seeded_sample_is_uniform_size_and_independent_of_order():
+    from sago_fast.axes.activation import sample_size, seeded_sample
+
+    ids = [f"x{i}" for i in range(1000)]
+    assert seeded_sample(ids, 1000, 0) is None  # all fit: exact
+    sample = seeded_sample(ids, 100, 7)
+    assert len(sample) == 100 and sample == seeded_sample(ids, 100, 7) and sample != seeded_sample(ids, 100, 8)
+    per_example = 1 << 20
+    m = sample_size(per_example, 64 << 20)
+    assert m * per_example + 16 * m * m <= 64 << 20 < (m + 1) * per_example + 16 * (m + 1) ** 2
 
 
 # --- generation tasks: answers are answer keys, no options ---

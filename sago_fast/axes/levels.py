@@ -1,0 +1,176 @@
+"""Scorers above the example: layer scorers and dataset scorers, registered like item scorers.
+
+A unit (one model on one dataset) is answered in chunks of examples (:mod:`sago_fast.run.evaluate`). Each
+scorer states its level and what it needs:
+
+- **item** (:mod:`sago_fast.axes.items`): one example's variants -> ``item_scores`` rows.
+- **layer**: one chunk's pooled hidden states, one :class:`ActivationBlock` per variant layout and pooling
+  -> ``layer_scores`` rows of those examples (their layer means also go to ``item_scores`` for the
+  metrics the catalogue lists in both tables).
+- **dataset**: a *partial* from each chunk (a flat ``{name: array}`` of bounded size, committed with the
+  chunk, so a resumed unit has them all) and a *finish* that combines the partials of every chunk into
+  rows of any table, once the unit's last chunk is in.
+
+Every metric a scorer writes must be in the metric catalogue under the scorer's axis; the hub checks.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Protocol
+
+import numpy as np
+
+from sago_fast.axes.records import ExampleOutputs, ScoredRows
+from sago_fast.registry import Registry
+from sago_fast.types import TASK_TYPES
+
+Partial = dict[str, np.ndarray]  # what one dataset scorer keeps of one chunk
+MIN_LAYOUT_EXAMPLES = 3  # activation metrics need other examples to compare with
+
+
+def layout_key(layout: Sequence[str]) -> str:
+    """A variant layout (families, canonical first) as one partial-key part."""
+    return "|".join(layout)
+
+
+@dataclass(frozen=True)
+class UnitContext:
+    """What scorers know about the whole unit before it starts.
+
+    n_examples: examples in the unit; seed: the run's seed; scored_layouts: the variant layouts with at
+    least MIN_LAYOUT_EXAMPLES examples in the unit (activation metrics are computed for those);
+    sample: the example ids whose activations are kept for neighbourhood metrics (None: every example,
+    the exact estimator)."""
+
+    n_examples: int
+    seed: int
+    scored_layouts: frozenset[tuple[str, ...]]
+    sample: frozenset[str] | None = None
+
+
+@dataclass(frozen=True)
+class ActivationBlock:
+    """The pooled hidden states of a chunk's examples that share one variant layout.
+
+    layout: (V,) families, canonical first; preserving: (V,) bool meaning-preserving flags;
+    families: the families scored (None = every meaning-preserving variant, then each family);
+    example_ids: (E,); pooling: ``last`` or ``mean``; hidden: (n_layers + 1, E, V, d) float32;
+    replicate: (n_layers + 1, E, d), the canonical variants re-run alone (the replicate pass)."""
+
+    layout: tuple[str, ...]
+    preserving: np.ndarray
+    families: tuple[str | None, ...]
+    example_ids: tuple[str, ...]
+    pooling: str
+    hidden: np.ndarray
+    replicate: np.ndarray
+
+    @cached_property
+    def pair_distances(self) -> np.ndarray:
+        """(n_layers + 1, E, V*(V-1)/2) cosine distances between each example's variants (pdist order)."""
+        from sago_fast.kernels import pairwise_layers
+
+        return pairwise_layers(self.hidden, "cosine", check=False)
+
+    def members(self, family: str | None) -> np.ndarray:
+        """(V,) bool: canonical + the family's variants (None: every meaning-preserving variant)."""
+        fam = np.asarray(self.layout)
+        if family is None:
+            return self.preserving.astype(bool)
+        return (fam == "canonical") | (fam == family)
+
+
+@dataclass(frozen=True)
+class ChunkView:
+    """Everything a layer or dataset scorer may read about one chunk of a unit.
+
+    examples: one :class:`ExampleOutputs` per example of the chunk; confidence, correct, family,
+    meaning_preserving: (Nv,) per variant of the chunk (confidence: top option probability, or
+    P(generated sequence)); blocks: the chunk's activations by layout and pooling."""
+
+    context: UnitContext
+    examples: Sequence[ExampleOutputs]
+    confidence: np.ndarray
+    correct: np.ndarray
+    family: np.ndarray
+    meaning_preserving: np.ndarray
+    blocks: Sequence[ActivationBlock]
+
+    def scored_blocks(self) -> list[ActivationBlock]:
+        return [b for b in self.blocks if b.layout in self.context.scored_layouts]
+
+
+@dataclass(frozen=True)
+class LayerScorer:
+    """Per-example, per-layer metrics of one axis from one activation block."""
+
+    axis: str
+    score: Callable[[ActivationBlock, UnitContext], list]
+    tasks: tuple[str, ...] = TASK_TYPES
+
+
+class DatasetScorer(Protocol):
+    """A unit-level figure accumulated over chunks: ``partial`` per chunk, ``finish`` once at the end
+    (given every chunk's partial, in chunk order)."""
+
+    axis: str
+
+    def partial(self, chunk: ChunkView) -> Partial: ...
+
+    def finish(self, partials: Sequence[Mapping[str, np.ndarray]], context: UnitContext) -> ScoredRows: ...
+
+
+LAYER_SCORERS: Registry[LayerScorer] = Registry("layer scorer")
+DATASET_SCORERS: Registry[DatasetScorer] = Registry("dataset scorer")
+
+
+def layer_scorer(name: str, axis: str) -> Callable:
+    """Decorator registering ``fn(block, context) -> list[LayerScores]`` as the layer scorer ``name``."""
+
+    def add(fn: Callable) -> Callable:
+        LAYER_SCORERS.add(name, LayerScorer(axis, fn))
+        return fn
+
+    return add
+
+
+def dataset_scorer(name: str) -> Callable:
+    """Class decorator registering an instance of a :class:`DatasetScorer` class as ``name``."""
+
+    def add(cls: type) -> type:
+        DATASET_SCORERS.add(name, cls())
+        return cls
+
+    return add
+
+
+def registered(registry: Registry) -> list[tuple[str, object]]:
+    """(name, scorer) in name order."""
+    return [(name, registry.get(name)) for name in registry.names()]
+
+
+# -- chunk state: every dataset scorer's partial of one chunk, as one .npz blob ------------------------
+SEPARATOR = "::"
+
+
+def pack_partials(partials: Mapping[str, Partial]) -> bytes:
+    """{scorer: {name: array}} -> .npz bytes (no pickles: arrays of numbers, bools and strings only)."""
+    flat = {f"{scorer}{SEPARATOR}{name}": np.asarray(a) for scorer, p in partials.items() for name, a in p.items()}
+    buffer = io.BytesIO()
+    np.savez(buffer, **flat)
+    return buffer.getvalue()
+
+
+def unpack_partials(blob: bytes, scorers: Sequence[str]) -> dict[str, Partial]:
+    """.npz bytes -> {scorer: {name: array}} for every scorer in ``scorers`` (absent ones get {})."""
+    out: dict[str, Partial] = {s: {} for s in scorers}
+    with np.load(io.BytesIO(blob), allow_pickle=False) as npz:
+        for key in npz.files:
+            scorer, name = key.split(SEPARATOR, 1)
+            if scorer in out:
+                out[scorer][name] = npz[key]
+    return out

@@ -1,0 +1,27 @@
+"""How a unit streams: the memory budgets of its chunks and of its dataset-level state (a light module:
+the configuration imports it before any library starts)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sago_fast import defaults
+from sago_fast.errors import InputError
+
+MB = 1 << 20
+
+
+@dataclass(frozen=True)
+class StreamSettings:
+    """chunk_memory_mb: what one chunk's probe arrays may take (the chunk holds at least one example);
+    sample_memory_mb: what neighbourhood metrics (kNN, CKA) may keep of example activations before they
+    use a seeded sample of examples; seed: that sample's seed."""
+
+    chunk_memory_mb: int = defaults.CHUNK_MEMORY_MB
+    sample_memory_mb: int = defaults.SAMPLE_MEMORY_MB
+    seed: int = defaults.SEED
+
+    def __post_init__(self) -> None:
+        for name in ("chunk_memory_mb", "sample_memory_mb"):
+            if getattr(self, name) < 1:
+                raise InputError(f"--{name.replace('_', '-')} ({name}) must be at least 1, not {getattr(self, name)}")

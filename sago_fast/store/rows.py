@@ -1,0 +1,288 @@
+"""Row builders: every table's columns, built in one place from what the run produced.
+
+A builder returns ``{column: values}`` for :meth:`sago_fast.store.Store.insert`; :data:`TableRows` maps
+table names to such columns. Result tables get the unit's identity (run, model, dataset) added by
+:func:`with_identity`; shared tables (models, datasets, examples, variants) are keyed by
+:data:`sago_fast.store.schema.ROW_KEYS`.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from sago_fast.store.schema import RESULT_TABLES
+
+if TYPE_CHECKING:
+    from sago_fast.axes.records import ScoredRows
+    from sago_fast.runtime.answering import UnitAnswers
+    from sago_fast.types import Dataset, Example, Variant
+
+Columns = dict[str, Any]
+TableRows = dict[str, Columns]  # table -> columns
+
+
+def now() -> datetime:
+    return datetime.now(timezone.utc).replace(tzinfo=None)
+
+
+def concat(parts: Iterable[TableRows]) -> TableRows:
+    """Tables of several parts, column by column (lists and arrays both become lists)."""
+    out: dict[str, dict[str, list[Any]]] = defaultdict(lambda: defaultdict(list))
+    for part in parts:
+        for table, columns in part.items():
+            for name, values in columns.items():
+                out[table][name].extend(values.tolist() if isinstance(values, np.ndarray) else values)
+    return {table: dict(columns) for table, columns in out.items()}
+
+
+def n_rows(columns: Columns) -> int:
+    return len(next(iter(columns.values()))) if columns else 0
+
+
+def with_identity(rows: TableRows, run_id: str, model_id: str, dataset_id: str) -> TableRows:
+    """Result tables with the unit's run, model and dataset columns first; other tables as they are."""
+    out: TableRows = {}
+    for table, columns in rows.items():
+        n = n_rows(columns)
+        if table in RESULT_TABLES:
+            if n == 0:
+                continue
+            columns = {"run_id": [run_id] * n, "model_id": [model_id] * n, "dataset_id": [dataset_id] * n, **columns}
+        out[table] = columns
+    return out
+
+
+# -- what the model answered ---------------------------------------------------------------------------
+def output_columns(
+    tokenizer: Any,
+    examples: Mapping[str, Example],
+    variants: Sequence[Variant],
+    answers: UnitAnswers,
+    replicate: int,
+) -> Columns:
+    """``outputs`` columns of variants answered in one replicate.
+
+    Multiple choice fills answer_index, option_logprobs, margin and answer_mode (the primary mode);
+    generation fills generation (the text, cut at the stop string) and takes entropy from the first
+    generated token's distribution."""
+    from sago_fast.axes.confidence import gold_margin
+    from sago_fast.runtime.options import OptionAnswer
+
+    probe = answers.probe
+    n = len(variants)
+    top = probe.next_logprobs.argmax(axis=1)  # (n,)
+    logp = probe.next_logprobs.astype(np.float64)
+    next_entropy = -(np.exp(logp) * logp).sum(axis=1)  # (n,)
+    columns: dict[str, list[Any]] = defaultdict(list)
+    for row, (variant, answer) in enumerate(zip(variants, answers.primary, strict=True)):
+        example = examples[variant.example_id]
+        if isinstance(answer, OptionAnswer):
+            columns["answer"].append(example.options[answer.answer_index])
+            columns["answer_index"].append(answer.answer_index)
+            columns["option_logprobs"].append(answer.option_logprobs.tolist())
+            columns["entropy"].append(answer.entropy)
+            columns["margin"].append(
+                float(gold_margin(np.exp(answer.option_logprobs)[None, :], example.answer_index)[0])  # type: ignore[arg-type]
+            )
+            columns["generation"].append(None)
+            columns["answer_mode"].append(answer.mode)
+        else:
+            columns["answer"].append(answer.answer)
+            columns["answer_index"].append(None)
+            columns["option_logprobs"].append(None)
+            columns["entropy"].append(float(next_entropy[row]))
+            columns["margin"].append(None)
+            columns["generation"].append(answer.generation.text)
+            columns["answer_mode"].append(None)
+        columns["correct"].append(answer.correct)
+        columns["p_gold"].append(answer.p_gold)
+    return {
+        "example_id": [v.example_id for v in variants],
+        "variant_id": [v.variant_id for v in variants],
+        "replicate": np.full(n, replicate, dtype=np.int32),
+        "n_prompt_tokens": probe.n_tokens.astype(np.int32),
+        **columns,
+        "top_token": [tokenizer.decode([int(t)]) for t in top],
+        "top_logprob": probe.next_logprobs[np.arange(n), top].astype(np.float64),
+    }
+
+
+def mode_answer_columns(variants: Sequence[Variant], answers: UnitAnswers, replicate: int) -> Columns:
+    """``mode_answers`` columns: every answer mode's answer of every option variant."""
+    rows: dict[str, list[Any]] = defaultdict(list)
+    for variant, by_mode in zip(variants, answers.by_mode, strict=True):
+        for mode, answer in by_mode.items():
+            rows["example_id"].append(variant.example_id)
+            rows["variant_id"].append(variant.variant_id)
+            rows["replicate"].append(replicate)
+            rows["answer_mode"].append(mode)
+            rows["answer_index"].append(answer.answer_index)
+            rows["correct"].append(answer.correct)
+            rows["p_gold"].append(answer.p_gold)
+            rows["option_scores"].append(answer.option_loglik.tolist())
+            rows["option_logprobs"].append(answer.option_logprobs.tolist())
+    return dict(rows)
+
+
+# -- what the scorers computed --------------------------------------------------------------------------
+def scored_columns(scored: ScoredRows) -> TableRows:
+    """``item_scores``, ``layer_scores``, ``dataset_scores`` and ``unit_estimators`` columns."""
+    items = scored.items
+    layers = scored.layers
+    return {
+        "item_scores": {
+            "example_id": [s.example_id for s in items],
+            "axis": [s.axis for s in items],
+            "metric": [s.metric for s in items],
+            "family": [s.family for s in items],
+            "value": [float(s.value) for s in items],
+        },
+        "layer_scores": {
+            "example_id": [e for block in layers for e in block.example_id],
+            "layer": [int(x) for block in layers for x in block.layer],
+            "pooling": [block.pooling for block in layers for _ in range(len(block))],
+            "metric": [m for block in layers for m in block.metric],
+            "family": [f for block in layers for f in block.family],
+            "value": [float(v) for block in layers for v in block.value],
+        },
+        "dataset_scores": {
+            "axis": [s.axis for s in scored.datasets],
+            "metric": [s.metric for s in scored.datasets],
+            "family": [s.family for s in scored.datasets],
+            "layer": [s.layer for s in scored.datasets],
+            "pooling": [s.pooling for s in scored.datasets],
+            "value": [float(s.value) for s in scored.datasets],
+        },
+        "unit_estimators": {
+            "metric": [e.metric for e in scored.estimators],
+            "estimator": [e.estimator for e in scored.estimators],
+            "sample_size": [e.sample_size for e in scored.estimators],
+            "population": [e.population for e in scored.estimators],
+            "seed": [e.seed for e in scored.estimators],
+        },
+    }
+
+
+# -- what was evaluated ---------------------------------------------------------------------------------
+def model_columns(model: Any) -> Columns:
+    manifest = model.exported.manifest
+    return {
+        "model_id": [model.model_id],
+        "checkpoint": [str(model.checkpoint.display_path)],
+        "model_type": [manifest["model_type"]],
+        "n_layers": [manifest["n_layers"]],
+        "d_model": [manifest["d_model"]],
+        "vocab_size": [manifest["vocab_size"]],
+        "export_key": [manifest["key"]],
+        "dtype": [manifest["dtype"]],
+        "source_format": [model.checkpoint.source_format],
+        "quantization": [model.checkpoint.quantization],
+    }
+
+
+def dataset_columns(data: Dataset) -> Columns:
+    return {
+        "dataset_id": [data.dataset_id],
+        "name": [data.name],
+        "source": [data.source],
+        "reader": [data.reader],
+        "task_type": [",".join(data.task_types)],
+        "n_examples": [len(data.examples)],
+    }
+
+
+def example_columns(dataset_id: str, examples: Sequence[Example]) -> Columns:
+    return {
+        "dataset_id": [dataset_id] * len(examples),
+        "example_id": [e.example_id for e in examples],
+        "task_type": [e.task_type for e in examples],
+        "question": [e.question for e in examples],
+        "options": [list(e.options) for e in examples],
+        "answer_index": [e.answer_index for e in examples],
+        "answers": [list(e.answers) for e in examples],
+    }
+
+
+def variant_columns(dataset_id: str, variants: Sequence[Variant]) -> Columns:
+    return {
+        "dataset_id": [dataset_id] * len(variants),
+        "example_id": [v.example_id for v in variants],
+        "variant_id": [v.variant_id for v in variants],
+        "family": [v.family for v in variants],
+        "params_json": [v.params for v in variants],
+        "is_canonical": [v.is_canonical for v in variants],
+        "meaning_preserving": [v.meaning_preserving for v in variants],
+        "prompt": [v.prompt for v in variants],
+        "option_order": [list(v.option_order) for v in variants],
+        "option_labels": [list(v.option_labels) for v in variants],
+        "system_prompt": [v.system_prompt for v in variants],
+    }
+
+
+# -- the run's own records --------------------------------------------------------------------------------
+def unit_columns(
+    run_id: str,
+    unit_id: str,
+    model_id: str,
+    dataset_id: str,
+    *,
+    shard: int,
+    checkpoint: str,
+    n_examples: int,
+    n_variants: int,
+    accuracy: float,
+    seconds: float,
+    provider: str,
+    n_chunks: int,
+) -> Columns:
+    """The ``units`` row: the unit's done mark, written with its last rows."""
+    return {
+        "run_id": [run_id],
+        "unit_id": [unit_id],
+        "model_id": [model_id],
+        "dataset_id": [dataset_id],
+        "shard": [shard],
+        "checkpoint": [checkpoint],
+        "status": ["done"],
+        "n_examples": [n_examples],
+        "n_variants": [n_variants],
+        "accuracy": [float(accuracy)],
+        "seconds": [float(seconds)],
+        "provider": [provider],
+        "finished_at": [now()],
+        "n_chunks": [n_chunks],
+    }
+
+
+def chunk_columns(
+    run_id: str,
+    unit_id: str,
+    model_id: str,
+    dataset_id: str,
+    chunk: int,
+    example_ids: Sequence[str],
+    n_variants: int,
+    n_canonical_correct: int,
+    seconds: float,
+    state: bytes,
+) -> Columns:
+    """The ``unit_chunks`` row of a committed chunk (``state``: its dataset scorers' partials)."""
+    return {
+        "run_id": [run_id],
+        "unit_id": [unit_id],
+        "chunk": [chunk],
+        "model_id": [model_id],
+        "dataset_id": [dataset_id],
+        "example_ids": [list(example_ids)],
+        "n_examples": [len(example_ids)],
+        "n_variants": [n_variants],
+        "n_canonical_correct": [n_canonical_correct],
+        "seconds": [float(seconds)],
+        "finished_at": [now()],
+        "state": [state],
+    }
