@@ -12,5 +12,5 @@ EXECUTOR = "local"
 ANSWER_MODE = "cloze"  # multiple choice: the mode the axes read
 CHAT_TEMPLATE = "none"
 NUM_FEWSHOT = 0
-CHUNK_MEMORY_MB = 1024  # a unit is answered in chunks of examples whose probe arrays fit in this
+CHUNK_MEMORY_MB = 256  # a unit is answered in chunks of examples whose probe arrays fit in this
 SAMPLE_MEMORY_MB = 512  # kNN and CKA keep example activations up to this, then sample examples

@@ -39,6 +39,7 @@ from sago_fast.kernels.gram import cosine_matrix
 
 AXIS = "activation"
 KNN_K = 10
+NO_SPREAD = 1e-12  # a mean cosine distance below this is rounding noise of parallel vectors
 POOLINGS = ("last", "mean")
 
 
@@ -95,14 +96,16 @@ def between_example_distance(unit_sum: np.ndarray, n_nonzero: np.ndarray, n_zero
     """(L, d) sums and (L,) counts -> (L,) mean cosine distance over pairs of different examples (NaN
     below 2 examples).
 
-    Over unit vectors u, sum_{i<j} u_i·u_j = (|Σu|² - n)/2, so the mean distance needs only the sums."""
+    Over unit vectors u, sum_{i<j} u_i·u_j = (|Σu|² - n)/2, so the mean distance needs only the sums.
+    The subtraction leaves rounding noise of ~1e-16·n² where all vectors are parallel: means below
+    NO_SPREAD (far below what float32 hidden states resolve) are 0, as the pairwise kernels give."""
     nz = np.asarray(n_nonzero, dtype=np.float64)
     n = nz + np.asarray(n_zero, dtype=np.float64)
     pairs = n * (n - 1) / 2
     similarity = ((unit_sum**2).sum(axis=1) - nz) / 2  # sum of cosines over nonzero pairs
     distance = nz * (nz - 1) / 2 - similarity + (n - nz) * nz
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(pairs > 0, distance / np.where(pairs > 0, pairs, 1), np.nan)
+    mean = np.maximum(distance, 0.0) / np.where(pairs > 0, pairs, 1)
+    return np.where(pairs > 0, np.where(mean < NO_SPREAD, 0.0, mean), np.nan)
 
 
 def _key(block: ActivationBlock) -> str:

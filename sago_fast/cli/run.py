@@ -115,7 +115,7 @@ def run_command(
         ),
     ] = None,
     chunk_memory_mb: Annotated[
-        int | None,
+        float | None,
         typer.Option(
             "--chunk-memory-mb",
             help="Each unit is answered and committed in chunks of examples whose next-token and hidden-state "
@@ -123,7 +123,7 @@ def run_command(
         ),
     ] = None,
     sample_memory_mb: Annotated[
-        int | None,
+        float | None,
         typer.Option(
             "--sample-memory-mb",
             help="kNN instability and CKA keep example activations up to this many MB, then use a seeded "

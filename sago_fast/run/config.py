@@ -62,8 +62,8 @@ class RunConfig:
     num_fewshot: int = defaults.NUM_FEWSHOT
     fewshot_from: str | None = None
     fields: tuple[str, ...] = ()
-    chunk_memory_mb: int = defaults.CHUNK_MEMORY_MB
-    sample_memory_mb: int = defaults.SAMPLE_MEMORY_MB
+    chunk_memory_mb: float = defaults.CHUNK_MEMORY_MB
+    sample_memory_mb: float = defaults.SAMPLE_MEMORY_MB
 
     def __post_init__(self) -> None:
         if not self.models:

@@ -6,9 +6,9 @@ block, and each dataset scorer's ``partial``. The chunk's next-token distributio
 dropped before the next chunk starts, so memory follows the chunk, never the dataset. When every chunk is
 in, :func:`finish_unit` combines the dataset scorers' partials.
 
-The chunk size comes from a memory budget (:class:`StreamSettings`): a variant costs about
-``vocab × 24`` bytes (its float32 next-token log-probs, the float64 distribution the confidence axis reads
-and the entropy's temporaries) plus its pooled hidden states. Chunks hold whole examples, in dataset order,
+The chunk size comes from a memory budget (:class:`StreamSettings`): a variant costs its float32
+next-token log-probs (``vocab × 4`` bytes) and its pooled hidden states (:func:`variant_bytes`); float64
+distributions are made one example at a time. Chunks hold whole examples, in dataset order,
 so a resumed unit chunks its remaining examples exactly as an uninterrupted run does.
 """
 
@@ -39,7 +39,7 @@ from sago_fast.runtime.generate import GenerationSettings
 from sago_fast.runtime.options import OptionAnswer
 from sago_fast.runtime.prompting import model_prompts
 from sago_fast.store import rows as build
-from sago_fast.run.stream import MB, StreamSettings
+from sago_fast.run.stream import StreamSettings
 from sago_fast.store.rows import TableRows
 from sago_fast.types import Dataset, Example, Variant
 
@@ -75,8 +75,10 @@ class ChunkResult:
 
 # -- sizes ------------------------------------------------------------------------------------------------
 def variant_bytes(vocab_size: int, n_layers: int, d_model: int) -> int:
-    """Bytes one variant's probe and its derived arrays take while its chunk is scored."""
-    return vocab_size * 24 + (n_layers + 1) * d_model * 4 * len(POOLINGS) * 3
+    """Bytes one variant takes while its chunk is answered and scored: its float32 next-token log-probs,
+    and its pooled hidden states with the activation blocks' copies of them (an example's float64
+    distributions are made one example at a time)."""
+    return vocab_size * 4 + (n_layers + 1) * d_model * 4 * len(POOLINGS) * 3
 
 
 def example_activation_bytes(n_layers: int, d_model: int, n_variants: int) -> int:
@@ -121,7 +123,7 @@ def unit_context(
     for example_rows in rows.values():
         layouts[tuple(variants[r].family for r in example_rows)] += 1
     widest = max((len(r) for r in rows.values()), default=1)
-    size = sample_size(example_activation_bytes(n_layers, d_model, widest), stream.sample_memory_mb * MB)
+    size = sample_size(example_activation_bytes(n_layers, d_model, widest), stream.sample_bytes)
     return UnitContext(
         n_examples=len(rows),
         seed=stream.seed,
@@ -315,16 +317,15 @@ def score_chunk(
     variants were answered correctly."""
     rows_of = examples_in_order(variants)
     scored = ScoredRows()
-    next_token = np.exp(answers.probe.next_logprobs.astype(np.float64))
-    next_token /= next_token.sum(axis=1, keepdims=True)
     outputs = []
     for example_id, rows in rows_of.items():
+        next_token = np.exp(answers.probe.next_logprobs[rows].astype(np.float64))  # (V, vocab), one example
+        next_token /= next_token.sum(axis=1, keepdims=True)
         example_outputs_, scores = item_scores(
-            examples[example_id], [variants[r] for r in rows], [answers.primary[r] for r in rows], next_token[rows]
+            examples[example_id], [variants[r] for r in rows], [answers.primary[r] for r in rows], next_token
         )
         outputs.append(example_outputs_)
         scored.items += scores
-    del next_token
     blocks = activation_blocks(variants, rows_of, answers, alone)
     for name in LAYER_SCORERS.names():
         scorer = LAYER_SCORERS.get(name)
@@ -361,7 +362,7 @@ def evaluate_chunks(
     """Answer and score the unit's examples not in ``done``, chunk by chunk (indices from ``first_index``)."""
     examples = {e.example_id: e for e in data.examples}
     rows_of = examples_in_order(variants)
-    for offset, chunk_ids in enumerate(plan_chunks(variants, stream.chunk_memory_mb * MB, model_variant_bytes(model), done)):
+    for offset, chunk_ids in enumerate(plan_chunks(variants, stream.chunk_bytes, model_variant_bytes(model), done)):
         chunk_variants = [variants[r] for e in chunk_ids for r in rows_of[e]]
         chunk_examples = [examples[e] for e in chunk_ids]
         answers = answer_variants(model, chunk_examples, chunk_variants, settings)
@@ -380,6 +381,7 @@ def evaluate_chunks(
             "outputs": build.output_columns(tokenizer, examples, canonical, alone, replicate=1),
             "mode_answers": build.mode_answer_columns(canonical, alone, replicate=1),
         }
+        del answers, alone  # the chunk's (Nv, vocab) and hidden-state arrays go before the next chunk's come
         rows = build.concat([rows, again])
         yield ChunkResult(first_index + offset, tuple(chunk_ids), len(chunk_variants), n_correct, rows, partials)
 

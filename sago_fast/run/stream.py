@@ -17,11 +17,20 @@ class StreamSettings:
     sample_memory_mb: what neighbourhood metrics (kNN, CKA) may keep of example activations before they
     use a seeded sample of examples; seed: that sample's seed."""
 
-    chunk_memory_mb: int = defaults.CHUNK_MEMORY_MB
-    sample_memory_mb: int = defaults.SAMPLE_MEMORY_MB
+    chunk_memory_mb: float = defaults.CHUNK_MEMORY_MB
+    sample_memory_mb: float = defaults.SAMPLE_MEMORY_MB
     seed: int = defaults.SEED
 
     def __post_init__(self) -> None:
         for name in ("chunk_memory_mb", "sample_memory_mb"):
-            if getattr(self, name) < 1:
-                raise InputError(f"--{name.replace('_', '-')} ({name}) must be at least 1, not {getattr(self, name)}")
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or not value > 0:
+                raise InputError(f"--{name.replace('_', '-')} ({name}) must be a positive number of MB, not {value!r}")
+
+    @property
+    def chunk_bytes(self) -> int:
+        return int(self.chunk_memory_mb * MB)
+
+    @property
+    def sample_bytes(self) -> int:
+        return int(self.sample_memory_mb * MB)

@@ -109,7 +109,10 @@ def answer_unit(
 
 
 def _merge_probes(parts: list[tuple[list[int], ProbeResult]], n: int) -> ProbeResult:
-    """One ProbeResult in variant order from the probes of disjoint row groups."""
+    """One ProbeResult in variant order from the probes of disjoint row groups (a single group already in
+    order is returned as is: no copy of its (n, vocab) arrays)."""
+    if len(parts) == 1 and parts[0][0] == list(range(n)):
+        return parts[0][1]
     first = parts[0][1]
     hidden_last = np.empty((first.hidden_last.shape[0], n, first.hidden_last.shape[2]), dtype=np.float32)
     hidden_mean = np.empty_like(hidden_last)

@@ -76,8 +76,6 @@ def output_columns(
     probe = answers.probe
     n = len(variants)
     top = probe.next_logprobs.argmax(axis=1)  # (n,)
-    logp = probe.next_logprobs.astype(np.float64)
-    next_entropy = -(np.exp(logp) * logp).sum(axis=1)  # (n,)
     columns: dict[str, list[Any]] = defaultdict(list)
     for row, (variant, answer) in enumerate(zip(variants, answers.primary, strict=True)):
         example = examples[variant.example_id]
@@ -95,7 +93,8 @@ def output_columns(
             columns["answer"].append(answer.answer)
             columns["answer_index"].append(None)
             columns["option_logprobs"].append(None)
-            columns["entropy"].append(float(next_entropy[row]))
+            logp = probe.next_logprobs[row].astype(np.float64)  # (vocab,): one row at a time
+            columns["entropy"].append(float(-(np.exp(logp) * logp).sum()))
             columns["margin"].append(None)
             columns["generation"].append(answer.generation.text)
             columns["answer_mode"].append(None)

@@ -162,9 +162,13 @@ class Store:
         try:
             names = ", ".join(f'"{c}"' for c in columns)  # whitelisted above
             sql = f'INSERT INTO "{table}" ({names}) SELECT {names} FROM {view} AS new'
-            if key:
+            if key:  # once per key, also within the batch
+                keys = ", ".join(f'"{c}"' for c in key)
                 match = " AND ".join(f'old."{c}" IS NOT DISTINCT FROM new."{c}"' for c in key)
-                sql += f' WHERE NOT EXISTS (SELECT 1 FROM "{table}" AS old WHERE {match})'
+                sql = (
+                    f'INSERT INTO "{table}" ({names}) SELECT DISTINCT ON ({keys}) {names} FROM {view} AS new'
+                    f' WHERE NOT EXISTS (SELECT 1 FROM "{table}" AS old WHERE {match})'
+                )
             self.con.execute(sql)
         finally:
             self.con.unregister(view)
