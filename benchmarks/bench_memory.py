@@ -68,13 +68,29 @@ def peak_rss_of(command: list[str]) -> tuple[float, float]:
 
 def sago_run(checkpoint: Path, data: Path, db: Path, cache: Path, extra: list[str]) -> list[str]:
     return [
-        sys.executable, "-m", "sago_fast.cli.app", "run", "-m", str(checkpoint), "-d", f"mmlu:{data}",
-        "-k", "1", "--db", str(db), "--cache-dir", str(cache), "--no-stats", *extra,
+        sys.executable,
+        "-m",
+        "sago_fast.cli.app",
+        "run",
+        "-m",
+        str(checkpoint),
+        "-d",
+        f"mmlu:{data}",
+        "-k",
+        "1",
+        "--db",
+        str(db),
+        "--cache-dir",
+        str(cache),
+        "--no-stats",
+        *extra,
     ]
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--items", type=int, nargs="+", default=[40, 160])
     parser.add_argument("--only", choices=sorted(CONTENDERS), default=None)
     parser.add_argument("--synthetic", type=int, default=None, help="one streamed run of this many items")
@@ -84,12 +100,20 @@ def main() -> None:
     cache = work / "cache"
     results = []
     if args.synthetic:
-        checkpoint = build_tiny_checkpoint("llama", work / "tiny", TinySize(hidden=64, layers=2, max_positions=1024))
+        checkpoint = build_tiny_checkpoint(
+            "llama", work / "tiny", TinySize(hidden=64, layers=2, max_positions=1024)
+        )
         data = mmlu_like(work / f"mmlu-{args.synthetic}.csv", args.synthetic)
-        print(f"synthetic: {args.synthetic} MMLU-like items, every family, k=1, tiny llama (hidden 64, 2 layers, "
-              "vocab 512), streamed", flush=True)
-        subprocess.run(sago_run(checkpoint, mmlu_like(work / "warm.csv", 4), work / "warm.duckdb", cache, []), check=True,
-                       capture_output=True)  # export once, outside the measurement
+        print(
+            f"synthetic: {args.synthetic} MMLU-like items, every family, k=1, tiny llama (hidden 64, 2 layers, "
+            "vocab 512), streamed",
+            flush=True,
+        )
+        subprocess.run(
+            sago_run(checkpoint, mmlu_like(work / "warm.csv", 4), work / "warm.duckdb", cache, []),
+            check=True,
+            capture_output=True,
+        )  # export once, outside the measurement
         rss, seconds = peak_rss_of(sago_run(checkpoint, data, work / "synthetic.duckdb", cache, []))
         import duckdb
 
@@ -97,34 +121,57 @@ def main() -> None:
         variants, chunks = con.execute("SELECT n_variants, n_chunks FROM units").fetchone()
         estimator = con.execute("SELECT estimator, sample_size FROM unit_estimators LIMIT 1").fetchone()
         con.close()
-        print(f"{args.synthetic} items, {variants} variants, {chunks} chunks: peak RSS {rss:.2f} GB, {seconds:.0f} s; "
-              f"kNN/CKA estimator {estimator[0]} ({estimator[1]} examples)")
-        results.append({"items": args.synthetic, "variants": variants, "chunks": chunks, "peak_rss_gb": rss,
-                        "seconds": seconds, "estimator": estimator})
+        print(
+            f"{args.synthetic} items, {variants} variants, {chunks} chunks: peak RSS {rss:.2f} GB, {seconds:.0f} s; "
+            f"kNN/CKA estimator {estimator[0]} ({estimator[1]} examples)"
+        )
+        results.append(
+            {
+                "items": args.synthetic,
+                "variants": variants,
+                "chunks": chunks,
+                "peak_rss_gb": rss,
+                "seconds": seconds,
+                "estimator": estimator,
+            }
+        )
     else:
         size = TinySize(hidden=64, layers=2, max_positions=1024, vocab_size=128256)
         checkpoint = build_tiny_checkpoint("llama", work / "tiny-128k", size)
-        print("peak RSS of `sago run`, tiny llama (hidden 64, 2 layers, vocab 128,256), MMLU-like items, every "
-              "family, k=1; each run its own process", flush=True)
-        subprocess.run(sago_run(checkpoint, mmlu_like(work / "warm.csv", 4), work / "warm.duckdb", cache, []), check=True,
-                       capture_output=True)  # export once, outside the measurement
+        print(
+            "peak RSS of `sago run`, tiny llama (hidden 64, 2 layers, vocab 128,256), MMLU-like items, every "
+            "family, k=1; each run its own process",
+            flush=True,
+        )
+        subprocess.run(
+            sago_run(checkpoint, mmlu_like(work / "warm.csv", 4), work / "warm.duckdb", cache, []),
+            check=True,
+            capture_output=True,
+        )  # export once, outside the measurement
         contenders = [args.only] if args.only else list(CONTENDERS)
         for n in args.items:
             data = mmlu_like(work / f"mmlu-{n}.csv", n)
             row = {"items": n}
             for name in contenders:
-                rss, seconds = peak_rss_of(sago_run(checkpoint, data, work / f"{name}-{n}.duckdb", cache, CONTENDERS[name]))
+                rss, seconds = peak_rss_of(
+                    sago_run(checkpoint, data, work / f"{name}-{n}.duckdb", cache, CONTENDERS[name])
+                )
                 row[name] = {"peak_rss_gb": rss, "seconds": seconds}
             results.append(row)
-            cells = "  ".join(f"{name}: {row[name]['peak_rss_gb']:.2f} GB ({row[name]['seconds']:.0f} s)" for name in contenders)
+            cells = "  ".join(
+                f"{name}: {row[name]['peak_rss_gb']:.2f} GB ({row[name]['seconds']:.0f} s)"
+                for name in contenders
+            )
             print(f"{n:>6} items  {cells}", flush=True)
         first, last = results[0], results[-1]
         for name in contenders:
             ratio = last[name]["peak_rss_gb"] / first[name]["peak_rss_gb"]
             print(f"{name}: peak RSS at {last['items']} items / at {first['items']} items = {ratio:.2f}x")
         if len(contenders) == 2:
-            print(f"whole-unit / streamed at {last['items']} items = "
-                  f"{last['whole-unit']['peak_rss_gb'] / last['streamed']['peak_rss_gb']:.2f}x")
+            print(
+                f"whole-unit / streamed at {last['items']} items = "
+                f"{last['whole-unit']['peak_rss_gb'] / last['streamed']['peak_rss_gb']:.2f}x"
+            )
     if args.json:
         args.json.write_text(json.dumps(results, indent=1), encoding="utf-8")
 

@@ -240,12 +240,17 @@ class Neighbourhood:
                 rows.layers.append(LayerScores.grid(ids, pooling, "knn_instability", family, instability))
                 first = layout.index(family)
                 rows.datasets += [
-                    DatasetScore(AXIS, "cka", family, layer, pooling, linear_cka(H[layer, :, 0], H[layer, :, first]))
+                    DatasetScore(
+                        AXIS, "cka", family, layer, pooling, linear_cka(H[layer, :, 0], H[layer, :, first])
+                    )
                     for layer in range(H.shape[0])
                 ]
         if groups:
-            how, size = ("exact", context.n_examples) if context.sample is None else ("sample", len(context.sample))
+            how, size = (
+                ("exact", context.n_examples) if context.sample is None else ("sample", len(context.sample))
+            )
             rows.estimators += [
-                Estimator(metric, how, size, context.n_examples, context.seed) for metric in ("knn_instability", "cka")
+                Estimator(metric, how, size, context.n_examples, context.seed)
+                for metric in ("knn_instability", "cka")
             ]
         return rows

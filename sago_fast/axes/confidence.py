@@ -150,5 +150,7 @@ class Calibration:
         rows = ScoredRows()
         rows.datasets += [DatasetScore(AXIS, "ece", f, None, None, e) for f, e in eces.items()]
         if eces:
-            rows.datasets.append(DatasetScore(AXIS, "ece_spread", None, None, None, ece_spread(eces, preserving)))
+            rows.datasets.append(
+                DatasetScore(AXIS, "ece_spread", None, None, None, ece_spread(eces, preserving))
+            )
         return rows

@@ -33,13 +33,13 @@ from sago_fast.axes.levels import (
 )
 from sago_fast.axes.records import ExampleOutputs, ItemScore, LayerScores, ScoredRows
 from sago_fast.errors import InputError
+from sago_fast.run.stream import StreamSettings
 from sago_fast.runtime.answering import AnswerSettings, AnyAnswer, UnitAnswers, answer_unit
 from sago_fast.runtime.free_answers import FreeAnswer
 from sago_fast.runtime.generate import GenerationSettings
 from sago_fast.runtime.options import OptionAnswer
 from sago_fast.runtime.prompting import model_prompts
 from sago_fast.store import rows as build
-from sago_fast.run.stream import StreamSettings
 from sago_fast.store.rows import TableRows
 from sago_fast.types import Dataset, Example, Variant
 
@@ -205,7 +205,9 @@ def answer_alone(
         model.batch_policy = saved
 
 
-def example_outputs(example: Example, variants: Sequence[Variant], answers: Sequence[AnyAnswer]) -> ExampleOutputs:
+def example_outputs(
+    example: Example, variants: Sequence[Variant], answers: Sequence[AnyAnswer]
+) -> ExampleOutputs:
     """What the axes read for one example (canonical variant first). Generation tasks have no options:
     answers are answer keys and the option arrays are empty."""
     common: dict[str, Any] = {
@@ -296,7 +298,9 @@ def layer_item_scores(layers: Sequence[LayerScores], axis: str = "activation") -
     for block in layers:
         if block.pooling != ITEM_POOLING:
             continue
-        for e, name, family, value in zip(block.example_id, block.metric, block.family, block.value, strict=True):
+        for e, name, family, value in zip(
+            block.example_id, block.metric, block.family, block.value, strict=True
+        ):
             if "item_scores" in metric(name).tables:
                 groups[(e, name, family)].append(float(value))
     out = []
@@ -362,7 +366,9 @@ def evaluate_chunks(
     """Answer and score the unit's examples not in ``done``, chunk by chunk (indices from ``first_index``)."""
     examples = {e.example_id: e for e in data.examples}
     rows_of = examples_in_order(variants)
-    for offset, chunk_ids in enumerate(plan_chunks(variants, stream.chunk_bytes, model_variant_bytes(model), done)):
+    for offset, chunk_ids in enumerate(
+        plan_chunks(variants, stream.chunk_bytes, model_variant_bytes(model), done)
+    ):
         chunk_variants = [variants[r] for e in chunk_ids for r in rows_of[e]]
         chunk_examples = [examples[e] for e in chunk_ids]
         answers = answer_variants(model, chunk_examples, chunk_variants, settings)
@@ -383,7 +389,9 @@ def evaluate_chunks(
         }
         del answers, alone  # the chunk's (Nv, vocab) and hidden-state arrays go before the next chunk's come
         rows = build.concat([rows, again])
-        yield ChunkResult(first_index + offset, tuple(chunk_ids), len(chunk_variants), n_correct, rows, partials)
+        yield ChunkResult(
+            first_index + offset, tuple(chunk_ids), len(chunk_variants), n_correct, rows, partials
+        )
 
 
 def finish_unit(context: UnitContext, partials: Sequence[Mapping[str, Partial]]) -> TableRows:

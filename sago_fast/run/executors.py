@@ -46,7 +46,14 @@ def local_outcomes(
 ) -> Iterator[Outcome]:
     for checkpoint, group in plan.by_checkpoint(units):
         yield from evaluate_checkpoint(
-            checkpoint, group, plan.datasets, plan.variants, config, plan.run_id, progress=progress, resume=resume
+            checkpoint,
+            group,
+            plan.datasets,
+            plan.variants,
+            config,
+            plan.run_id,
+            progress=progress,
+            resume=resume,
         )
 
 
@@ -85,11 +92,13 @@ def ray_outcomes(
             datasets, variants = _subset(plan, group)
             mine = {u.unit_id: (resume or {})[u.unit_id] for u in group if u.unit_id in (resume or {})}
             streams.append(
-                task.remote(checkpoint, group, datasets, variants, config, plan.run_id, max(1, int(cpus)), mine)
+                task.remote(
+                    checkpoint, group, datasets, variants, config, plan.run_id, max(1, int(cpus)), mine
+                )
             )
         while streams:
             ready, _ = ray.wait(streams, num_returns=1)
-            stream = ready[0]
+            stream: Any = ready[0]  # an ObjectRefGenerator: the next chunk or unit is ready
             try:
                 yield ray.get(next(stream))
             except StopIteration:

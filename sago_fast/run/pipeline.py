@@ -5,8 +5,9 @@ Parquet chunk folder when sharded) and finish each unit from its chunks' partial
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
 from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from sago_fast.errors import DiskFullError, Interrupted, SagoError
@@ -14,8 +15,7 @@ from sago_fast.run.config import RunConfig
 from sago_fast.run.executors import EXECUTORS
 from sago_fast.run.progress import RunProgress
 from sago_fast.run.sinks import DuckDBSink, ParquetShardSink, Sink
-from sago_fast.run.units import parse_shard, plan_run
-from sago_fast.run.units import Unit
+from sago_fast.run.units import Unit, parse_shard, plan_run
 from sago_fast.run.worker import ChunkOutcome, UnitOutcome, finish_rows
 from sago_fast.runinfo import run_row
 from sago_fast.runtime.light import start_without_torch_if_exported
@@ -92,7 +92,12 @@ def run(
     if skipped:
         log.info("run %s: %d of %d units already done, skipped", plan.run_id, skipped, len(units))
     for unit_id, done in resume.items():
-        log.info("unit %s: resuming after %d committed chunks (%d examples)", unit_id, done.n_chunks, len(done.example_ids))
+        log.info(
+            "unit %s: resuming after %d committed chunks (%d examples)",
+            unit_id,
+            done.n_chunks,
+            len(done.example_ids),
+        )
     results: list[UnitResult] = []
     failed: list[tuple[str, str]] = []
     provider = ""
@@ -104,7 +109,8 @@ def run(
         for outcome in outcomes:
             where = f"{outcome.checkpoint} × {plan.datasets[outcome.dataset_id].name}"
             if isinstance(outcome, ChunkOutcome):
-                _write(sink, plan.run_id, where, lambda o=outcome: sink.write_chunk(plan.run_id, o.unit_id, o.chunk, o.rows))
+                write = partial(sink.write_chunk, plan.run_id, outcome.unit_id, outcome.chunk, outcome.rows)
+                _write(sink, where, write)
                 examples_done[outcome.unit_id] = examples_done.get(outcome.unit_id, 0) + outcome.n_examples
                 total = len(plan.datasets[outcome.dataset_id].examples)
                 shown.examples(where, examples_done[outcome.unit_id], total)
@@ -114,9 +120,8 @@ def run(
                 log.error("unit %s failed: %s", where, outcome.error)
             else:
                 unit = by_id[outcome.unit_id]
-                result = _finish(sink, plan.run_id, unit, outcome, where)
+                results.append(_finish(sink, plan.run_id, unit, outcome, where))
                 provider = outcome.provider or provider
-                results.append(result)
                 log.info("unit %s done in %.1fs", where, outcome.seconds)
             shown.unit_finished(where, outcome.error if outcome.rows is None else None, outcome.seconds)
     except KeyboardInterrupt:
@@ -183,7 +188,7 @@ def _finish(sink: Sink, run_id: str, unit: Unit, outcome: UnitOutcome, where: st
     """Finish a unit whose chunks are all committed: the dataset scorers' rows and the done mark."""
     chunks = sink.chunks_done(run_id, unit.unit_id)
     rows = finish_rows(run_id, unit, outcome, chunks, sink.chunk_states(run_id, unit.unit_id))
-    _write(sink, run_id, where, lambda: sink.write(run_id, unit.unit_id, rows))
+    _write(sink, where, partial(sink.write, run_id, unit.unit_id, rows))
     return UnitResult(
         outcome.model_id,
         outcome.checkpoint,
@@ -195,7 +200,7 @@ def _finish(sink: Sink, run_id: str, unit: Unit, outcome: UnitOutcome, where: st
     )
 
 
-def _write(sink: Sink, run_id: str, where: str, write: Callable[[], bool]) -> None:
+def _write(sink: Sink, where: str, write: Callable[[], bool]) -> None:
     try:
         write()
     except Exception as exc:

@@ -69,7 +69,9 @@ class RunProgress:
             now = time.monotonic()
             if done >= total or now - self._last_line >= self.interval:
                 self._last_line = now
-                progress_line(self.file, f"unit {self.done + 1}/{self.total} {label}: {done}/{total} examples committed")
+                progress_line(
+                    self.file, f"unit {self.done + 1}/{self.total} {label}: {done}/{total} examples committed"
+                )
 
     def unit_finished(self, label: str, error: str | None, seconds: float) -> None:
         if self._examples is not None:

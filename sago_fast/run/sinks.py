@@ -145,9 +145,10 @@ class ParquetShardSink:
         seconds = 0.0
         folders = self._chunk_folders(run_id, unit_id)
         for folder in folders:
-            row = pq.read_table(folder / "unit_chunks.parquet", columns=[
-                "example_ids", "n_variants", "n_canonical_correct", "seconds"
-            ]).to_pylist()[0]
+            row = pq.read_table(
+                folder / "unit_chunks.parquet",
+                columns=["example_ids", "n_variants", "n_canonical_correct", "seconds"],
+            ).to_pylist()[0]
             ids += row["example_ids"]
             n_variants += row["n_variants"]
             n_correct += row["n_canonical_correct"]
@@ -191,13 +192,20 @@ class ParquetShardSink:
         for table, columns in {"runs": self.run_row, **rows}.items():
             tables.setdefault(table, []).append(pa.table({n: _arrow_column(v) for n, v in columns.items()}))
         joined = {name: pa.concat_tables(parts, promote_options="default") for name, parts in tables.items()}
-        manifest = {"format": SHARD_FORMAT, "run_id": run_id, "unit_id": unit_id, "planned_units": self.planned_units}
+        manifest = {
+            "format": SHARD_FORMAT,
+            "run_id": run_id,
+            "unit_id": unit_id,
+            "planned_units": self.planned_units,
+        }
         _write_folder(self.unit_dir(run_id, unit_id), joined, manifest)
         shutil.rmtree(self.chunks_dir(run_id, unit_id), ignore_errors=True)
         return True
 
 
-def _write_folder(final: Path, tables: Mapping[str, Any], manifest: dict[str, Any] | None = None) -> dict[str, int]:
+def _write_folder(
+    final: Path, tables: Mapping[str, Any], manifest: dict[str, Any] | None = None
+) -> dict[str, int]:
     """Write ``<table>.parquet`` files and a done file (the manifest with row counts, or a chunk's
     ``chunk.json``) under a temporary name, then rename the folder into place."""
     import pyarrow as pa
@@ -210,13 +218,17 @@ def _write_folder(final: Path, tables: Mapping[str, Any], manifest: dict[str, An
     try:
         counts = {}
         for table, columns in tables.items():
-            arrow = columns if isinstance(columns, pa.Table) else pa.table(
-                {name: _arrow_column(values) for name, values in columns.items()}
+            arrow = (
+                columns
+                if isinstance(columns, pa.Table)
+                else pa.table({name: _arrow_column(values) for name, values in columns.items()})
             )
             pq.write_table(arrow, tmp / f"{table}.parquet")
             counts[table] = arrow.num_rows
         done_name = MANIFEST if manifest is not None else CHUNK_DONE
-        (tmp / done_name).write_text(json.dumps({**(manifest or {}), "rows": counts}, indent=1), encoding="utf-8")
+        (tmp / done_name).write_text(
+            json.dumps({**(manifest or {}), "rows": counts}, indent=1), encoding="utf-8"
+        )
         if final.exists():  # an incomplete folder from a killed writer: never read, replaced
             shutil.rmtree(final)
         os.replace(tmp, final)

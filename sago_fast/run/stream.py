@@ -25,7 +25,9 @@ class StreamSettings:
         for name in ("chunk_memory_mb", "sample_memory_mb"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or not value > 0:
-                raise InputError(f"--{name.replace('_', '-')} ({name}) must be a positive number of MB, not {value!r}")
+                raise InputError(
+                    f"--{name.replace('_', '-')} ({name}) must be a positive number of MB, not {value!r}"
+                )
 
     @property
     def chunk_bytes(self) -> int:

@@ -94,13 +94,26 @@ def evaluate_checkpoint(
         message = _describe(exc)
         for unit in units:
             yield UnitOutcome(
-                unit.unit_id, str(checkpoint.display_path), unit.dataset_id, None, message, time.perf_counter() - start
+                unit.unit_id,
+                str(checkpoint.display_path),
+                unit.dataset_id,
+                None,
+                message,
+                time.perf_counter() - start,
             )
         return
     with model:
         for unit in units:
-            yield from _evaluate(model, unit, datasets[unit.dataset_id], variants[unit.dataset_id], config, run_id,
-                                 progress, (resume or {}).get(unit.unit_id, NOTHING_DONE))
+            yield from _evaluate(
+                model,
+                unit,
+                datasets[unit.dataset_id],
+                variants[unit.dataset_id],
+                config,
+                run_id,
+                progress,
+                (resume or {}).get(unit.unit_id, NOTHING_DONE),
+            )
 
 
 def _evaluate(
@@ -125,28 +138,58 @@ def _evaluate(
         context = model_context(model, variants, stream)
         chunk_start = time.perf_counter()
         for chunk in evaluate_chunks(
-            model, data, variants, settings, context, stream,
-            done=frozenset(done.example_ids), first_index=done.n_chunks,
+            model,
+            data,
+            variants,
+            settings,
+            context,
+            stream,
+            done=frozenset(done.example_ids),
+            first_index=done.n_chunks,
         ):
             seconds = time.perf_counter() - chunk_start
             record = build.chunk_columns(
-                run_id, unit.unit_id, model.model_id, data.dataset_id, chunk.index, chunk.example_ids,
-                chunk.n_variants, chunk.n_canonical_correct, seconds, pack_partials(chunk.partials),
+                run_id,
+                unit.unit_id,
+                model.model_id,
+                data.dataset_id,
+                chunk.index,
+                chunk.example_ids,
+                chunk.n_variants,
+                chunk.n_canonical_correct,
+                seconds,
+                pack_partials(chunk.partials),
             )
-            rows = {**shared, **build.with_identity(chunk.rows, run_id, model.model_id, data.dataset_id),
-                    "unit_chunks": record}
-            yield ChunkOutcome(unit.unit_id, where, data.dataset_id, chunk.index, len(chunk.example_ids), rows, seconds)
+            rows = {
+                **shared,
+                **build.with_identity(chunk.rows, run_id, model.model_id, data.dataset_id),
+                "unit_chunks": record,
+            }
+            yield ChunkOutcome(
+                unit.unit_id, where, data.dataset_id, chunk.index, len(chunk.example_ids), rows, seconds
+            )
             chunk_start = time.perf_counter()
     except Exception as exc:
         raise_if_interrupted(exc)
-        yield UnitOutcome(unit.unit_id, where, data.dataset_id, None, _describe(exc), time.perf_counter() - unit_start)
+        yield UnitOutcome(
+            unit.unit_id, where, data.dataset_id, None, _describe(exc), time.perf_counter() - unit_start
+        )
         return
     finally:
         model.progress.close()
         model.progress = NoProgress()
     yield UnitOutcome(
-        unit.unit_id, where, data.dataset_id, shared, None, time.perf_counter() - unit_start,
-        model.provider, model.model_id, context, len(data.examples), len(variants),
+        unit.unit_id,
+        where,
+        data.dataset_id,
+        shared,
+        None,
+        time.perf_counter() - unit_start,
+        model.provider,
+        model.model_id,
+        context,
+        len(data.examples),
+        len(variants),
     )
 
 
@@ -155,18 +198,30 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def finish_rows(run_id: str, unit: Unit, outcome: UnitOutcome, chunks: ChunksDone, states: Sequence[bytes]) -> TableRows:
+def finish_rows(
+    run_id: str, unit: Unit, outcome: UnitOutcome, chunks: ChunksDone, states: Sequence[bytes]
+) -> TableRows:
     """A unit's last rows: every dataset scorer's finish over the committed chunks' states, and the
     ``units`` row (its done mark; accuracy and seconds summed over the chunks)."""
     assert outcome.context is not None and outcome.rows is not None
     names = DATASET_SCORERS.names()
     partials = [unpack_partials(state, names) for state in states]
-    rows = build.with_identity(finish_unit(outcome.context, partials), run_id, outcome.model_id, outcome.dataset_id)
+    rows = build.with_identity(
+        finish_unit(outcome.context, partials), run_id, outcome.model_id, outcome.dataset_id
+    )
     n = outcome.n_examples
     rows["units"] = build.unit_columns(
-        run_id, unit.unit_id, outcome.model_id, outcome.dataset_id,
-        shard=unit.shard, checkpoint=outcome.checkpoint, n_examples=n, n_variants=outcome.n_variants,
+        run_id,
+        unit.unit_id,
+        outcome.model_id,
+        outcome.dataset_id,
+        shard=unit.shard,
+        checkpoint=outcome.checkpoint,
+        n_examples=n,
+        n_variants=outcome.n_variants,
         accuracy=chunks.n_canonical_correct / n if n else float("nan"),
-        seconds=chunks.seconds, provider=outcome.provider, n_chunks=chunks.n_chunks,
+        seconds=chunks.seconds,
+        provider=outcome.provider,
+        n_chunks=chunks.n_chunks,
     )
     return {**outcome.rows, **rows}

@@ -15,7 +15,7 @@ from sago_fast.axes.catalogue import headline_metrics
 from sago_fast.axes.catalogue import metric as catalogue_metric
 from sago_fast.errors import InputError
 from sago_fast.kernels import pairwise
-from sago_fast.store import Store
+from sago_fast.store import Store, queries
 
 # The score of each axis used where one number per axis is needed (rankings, correlations): the first
 # metric present for the dataset. All are "higher = less stable".
@@ -66,9 +66,7 @@ class RunData:
 
 
 def latest_finished_run(store: Store) -> str | None:
-    _, rows = store.query(
-        "SELECT run_id FROM runs WHERE status = 'done' ORDER BY created_at DESC, run_id DESC LIMIT 1"
-    )
+    _, rows = store.query(queries.STATS_LATEST_DONE_RUN)
     return str(rows[0][0]) if rows else None
 
 
@@ -81,7 +79,7 @@ def latest_run(store: Store) -> str:
 
 def check_run(store: Store, run_id: str) -> None:
     """InputError unless ``run_id`` is a run of this file."""
-    _, found = store.query("SELECT count(*) FROM runs WHERE run_id = $run", {"run": run_id})
+    _, found = store.query(queries.STATS_RUN_EXISTS, {"run": run_id})
     if not found[0][0]:
         raise InputError(f"{store.path}: no run {run_id!r}")
 
@@ -91,7 +89,7 @@ def load_run(store: Store, run_id: str) -> RunData:
     check_run(store, run_id)
     data = RunData(run_id)
     _, rows = store.query(
-        "SELECT model_id, dataset_id, axis, metric, family, example_id, value FROM item_scores WHERE run_id = $run",
+        queries.STATS_ITEM_SCORES,
         {"run": run_id},
     )
     for model, dataset, axis, metric, family, example, value in rows:
@@ -99,28 +97,21 @@ def load_run(store: Store, run_id: str) -> RunData:
             data.items.setdefault((model, dataset, axis, metric, family), {})[example] = float(value)
     _canonical_outputs(store, data)
     _, layer = store.query(
-        """
-        SELECT model_id, dataset_id, example_id, avg(value) FROM layer_scores
-        WHERE run_id = $run AND metric = 'replicate_distance' AND pooling = 'mean' GROUP BY ALL
-        """,
+        queries.STATS_REPLICATE_DISTANCE,
         {"run": run_id},
     )
     for model, dataset, example, value in layer:
         data.replicate.setdefault((model, dataset, "dispersion_raw"), {})[example] = float(value)
     _variant_counts(store, data)
-    data.model_names = dict(store.query("SELECT model_id, model FROM model_names")[1])
-    data.dataset_names = dict(store.query("SELECT dataset_id, any_value(name) FROM datasets GROUP BY 1")[1])
+    data.model_names = dict(store.query(queries.STATS_MODEL_NAMES)[1])
+    data.dataset_names = dict(store.query(queries.STATS_DATASET_NAMES)[1])
     return data
 
 
 def _variant_counts(store: Store, data: RunData) -> None:
     """How many variants each example's item scores are computed over, per family (``n_variants``)."""
     _, rows = store.query(
-        """
-        SELECT o.dataset_id, o.example_id, v.family, bool_or(v.meaning_preserving), count(DISTINCT o.variant_id)
-        FROM outputs o JOIN variants v ON v.dataset_id = o.dataset_id AND v.variant_id = o.variant_id
-        WHERE o.run_id = $run AND o.replicate = 0 GROUP BY ALL
-        """,
+        queries.STATS_VARIANT_COUNTS,
         {"run": data.run_id},
     )
     for dataset, example, family, preserving, count in rows:
@@ -134,11 +125,7 @@ def _variant_counts(store: Store, data: RunData) -> None:
 def _canonical_outputs(store: Store, data: RunData) -> None:
     """Canonical accuracy per example and the replicate noise of the confidence metrics."""
     _, rows = store.query(
-        """
-        SELECT o.model_id, o.dataset_id, o.example_id, o.replicate, o.correct, o.p_gold, o.option_logprobs
-        FROM outputs o JOIN variants v ON v.dataset_id = o.dataset_id AND v.variant_id = o.variant_id
-        WHERE o.run_id = $run AND v.is_canonical
-        """,
+        queries.STATS_CANONICAL_OUTPUTS,
         {"run": data.run_id},
     )
     runs: dict[tuple[str, str, str], dict[int, tuple]] = defaultdict(dict)

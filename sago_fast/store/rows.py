@@ -52,7 +52,12 @@ def with_identity(rows: TableRows, run_id: str, model_id: str, dataset_id: str) 
         if table in RESULT_TABLES:
             if n == 0:
                 continue
-            columns = {"run_id": [run_id] * n, "model_id": [model_id] * n, "dataset_id": [dataset_id] * n, **columns}
+            columns = {
+                "run_id": [run_id] * n,
+                "model_id": [model_id] * n,
+                "dataset_id": [dataset_id] * n,
+                **columns,
+            }
         out[table] = columns
     return out
 

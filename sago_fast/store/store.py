@@ -234,7 +234,9 @@ class Store:
         )
         return [bytes(r[0]) for r in rows]
 
-    def write_chunk(self, run_id: str, unit_id: str, chunk: int, rows: Mapping[str, Mapping[str, Any]]) -> bool:
+    def write_chunk(
+        self, run_id: str, unit_id: str, chunk: int, rows: Mapping[str, Mapping[str, Any]]
+    ) -> bool:
         """Insert one chunk's rows (its ``unit_chunks`` row included) in one transaction; False (nothing
         written) when that chunk or the whole unit is already committed."""
         from sago_fast.store.schema import ROW_KEYS

@@ -99,12 +99,19 @@ def test_neighbourhood_metrics_sample_examples_beyond_the_budget(unit):
     typo = [rows[f"{e}/typo/0"] for e in probe_ids]
     probe = model.probe([variants[i].prompt for i in canonical + typo])
     last = probe.hidden_mean.shape[0] - 1
-    expected = linear_cka(probe.hidden_mean[last, : len(probe_ids)], probe.hidden_mean[last, len(probe_ids) :])
+    expected = linear_cka(
+        probe.hidden_mean[last, : len(probe_ids)], probe.hidden_mean[last, len(probe_ids) :]
+    )
     datasets = sampled.table("dataset_scores")
     got = [
         v
         for m, f, layer, p, v in zip(
-            datasets["metric"], datasets["family"], datasets["layer"], datasets["pooling"], datasets["value"], strict=True
+            datasets["metric"],
+            datasets["family"],
+            datasets["layer"],
+            datasets["pooling"],
+            datasets["value"],
+            strict=True,
         )
         if (m, f, layer, p) == ("cka", "typo", last, "mean")
     ]
@@ -130,8 +137,14 @@ def test_sigkill_mid_unit_keeps_its_chunks_and_the_rerun_equals_an_uninterrupted
     from tests.integration.test_units import assert_same_tables
 
     settings = dict(
-        models=(str(checkpoints["gpt2"]),), datasets=("letters",), limit=60, families=("typo",),
-        variants_per_family=1, stats=False, chunk_memory_mb=0.1, cache_dir=cache_dir,
+        models=(str(checkpoints["gpt2"]),),
+        datasets=("letters",),
+        limit=60,
+        families=("typo",),
+        variants_per_family=1,
+        stats=False,
+        chunk_memory_mb=0.1,
+        cache_dir=cache_dir,
     )
     reference = tmp_path / "reference.duckdb"
     run(RunConfig(db=reference, **settings), progress=False)
@@ -141,7 +154,10 @@ def test_sigkill_mid_unit_keeps_its_chunks_and_the_rerun_equals_an_uninterrupted
     args = ["run", "-m", settings["models"][0], "-d", "letters", "--limit", "60", "-F", "typo", "-k", "1"]
     args += ["--no-stats", "--chunk-memory-mb", "0.1", "--cache-dir", str(cache_dir), "--db", str(killed)]
     proc = subprocess.Popen(
-        sago(*args), stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+        sago(*args),
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
         env={**os.environ, "TQDM_DISABLE": "1"},
     )
     for line in proc.stderr:  # type: ignore[union-attr]
@@ -150,7 +166,9 @@ def test_sigkill_mid_unit_keeps_its_chunks_and_the_rerun_equals_an_uninterrupted
             break
     proc.wait(timeout=120)
     assert proc.returncode == -signal.SIGKILL
-    (chunks, units), = table_rows(killed, "SELECT (SELECT count(*) FROM unit_chunks), (SELECT count(*) FROM units)")
+    ((chunks, units),) = table_rows(
+        killed, "SELECT (SELECT count(*) FROM unit_chunks), (SELECT count(*) FROM units)"
+    )
     assert units == 0 and 1 <= chunks < n_chunks  # killed mid-unit, the committed chunks kept
     (partial,) = table_rows(killed, "SELECT examples_done, n_examples, done FROM unit_progress")
     assert partial[1] == 60 and 0 < partial[0] < 60 and partial[2] is False

@@ -153,8 +153,13 @@ def activation_rows(H, layout, chunks):
     layer_rows, partials = [], {"dispersion": [], "neighbourhood": []}
     for chunk in chunks:
         block = ActivationBlock(
-            tuple(layout), np.ones(len(layout), dtype=bool), (None, *sorted(set(layout) - {"canonical"})),
-            tuple(ids[i] for i in chunk), "mean", H[:, chunk], H[:, chunk, 0],
+            tuple(layout),
+            np.ones(len(layout), dtype=bool),
+            (None, *sorted(set(layout) - {"canonical"})),
+            tuple(ids[i] for i in chunk),
+            "mean",
+            H[:, chunk],
+            H[:, chunk, 0],
         )
         layer_rows += LAYER_SCORERS.get("dispersion_raw").score(block, context)
         view = ChunkView(context, [], np.zeros(0), np.zeros(0), np.zeros(0), np.zeros(0), [block])
@@ -168,7 +173,9 @@ def activation_rows(H, layout, chunks):
     table = {
         (int(e[1:]), m, f): v
         for block in layer_rows
-        for e, layer, m, f, v in zip(block.example_id, block.layer, block.metric, block.family, block.value, strict=True)
+        for e, layer, m, f, v in zip(
+            block.example_id, block.layer, block.metric, block.family, block.value, strict=True
+        )
         if layer == 0
     }
     return table, {(d.layer, d.metric, d.family): d.value for d in datasets}
@@ -200,7 +207,9 @@ def test_between_example_distance_from_sums_equals_scipy():
     X = rng.normal(size=(2, 40, 7)).astype(np.float32)  # (L, E, d)
     X[1, 5] = 0.0  # a zero row: distance 1 to every other row, as the kernels
     parts = [unit_vector_sums(X[:, :17]), unit_vector_sums(X[:, 17:])]
-    got = between_example_distance(parts[0][0] + parts[1][0], parts[0][1] + parts[1][1], parts[0][2] + parts[1][2])
+    got = between_example_distance(
+        parts[0][0] + parts[1][0], parts[0][1] + parts[1][1], parts[0][2] + parts[1][2]
+    )
     for layer in range(2):
         expected = pdist(X[layer].astype(np.float64), "cosine")
         expected[np.isnan(expected)] = 1.0  # scipy: NaN against a zero row
@@ -213,7 +222,9 @@ def test_seeded_sample_is_uniform_size_and_independent_of_order():
     ids = [f"x{i}" for i in range(1000)]
     assert seeded_sample(ids, 1000, 0) is None  # all fit: exact
     sample = seeded_sample(ids, 100, 7)
-    assert len(sample) == 100 and sample == seeded_sample(ids, 100, 7) and sample != seeded_sample(ids, 100, 8)
+    assert (
+        len(sample) == 100 and sample == seeded_sample(ids, 100, 7) and sample != seeded_sample(ids, 100, 8)
+    )
     per_example = 1 << 20
     m = sample_size(per_example, 64 << 20)
     assert m * per_example + 16 * m * m <= 64 << 20 < (m + 1) * per_example + 16 * (m + 1) ** 2
