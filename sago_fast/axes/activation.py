@@ -167,11 +167,15 @@ class Dispersion:
 
 
 # -- neighbourhoods (kNN, CKA): need every example at once, so an example sample beyond a budget ------
+NEIGHBOUR_BLOCK = 512  # rows of the distance matrix sorted at a time
+
+
 def sample_size(per_example_bytes: int, budget_bytes: int) -> int:
-    """The most examples whose activations (``per_example_bytes`` each) and two (m, m) float64 distance
-    matrices fit in ``budget_bytes``; at least KNN_K + 2."""
-    a, b, c = 16.0, float(per_example_bytes), -float(budget_bytes)  # 16 m² + b m - budget <= 0
-    m = int((-b + np.sqrt(b * b - 4 * a * c)) / (2 * a))
+    """The most examples whose activations (``per_example_bytes`` each) fit in ``budget_bytes`` beside the
+    finish's working set: the cosine distances among the kept examples and their temporaries (up to six
+    (m, m) float64 arrays at once) and a block of sorted distances; at least KNN_K + 2."""
+    a, b, c = 48.0, float(per_example_bytes + 16 * NEIGHBOUR_BLOCK), -float(budget_bytes)
+    m = int((-b + np.sqrt(b * b - 4 * a * c)) / (2 * a))  # 48 m² + b m - budget <= 0
     return max(m, KNN_K + 2)
 
 
@@ -185,10 +189,15 @@ def seeded_sample(example_ids: Sequence[str], size: int, seed: int) -> frozenset
 
 
 def _neighbours(X: np.ndarray, k: int) -> np.ndarray:
-    """(E, d) -> (E, k) indices of the k nearest other rows by cosine distance (ties: lower index)."""
+    """(E, d) -> (E, k) indices of the k nearest other rows by cosine distance (ties: lower index), sorted
+    NEIGHBOUR_BLOCK rows at a time so only the distance matrix itself is (E, E)."""
     dist = cosine_matrix(X)
     np.fill_diagonal(dist, np.inf)
-    return np.argsort(dist, axis=1, kind="stable")[:, :k]
+    out = np.empty((X.shape[0], k), dtype=np.int64)
+    for start in range(0, X.shape[0], NEIGHBOUR_BLOCK):
+        block = dist[start : start + NEIGHBOUR_BLOCK]
+        out[start : start + NEIGHBOUR_BLOCK] = np.argsort(block, axis=1, kind="stable")[:, :k]
+    return out
 
 
 def knn_instability(H: np.ndarray, layout: Sequence[str], family: str, k: int) -> np.ndarray:

@@ -74,11 +74,14 @@ class ChunkResult:
 
 
 # -- sizes ------------------------------------------------------------------------------------------------
+ROW_BYTES = 48 * 1024  # a variant's answers and rows as Python objects (~40 kB measured with tracemalloc)
+
+
 def variant_bytes(vocab_size: int, n_layers: int, d_model: int) -> int:
-    """Bytes one variant takes while its chunk is answered and scored: its float32 next-token log-probs,
-    and its pooled hidden states with the activation blocks' copies of them (an example's float64
-    distributions are made one example at a time)."""
-    return vocab_size * 4 + (n_layers + 1) * d_model * 4 * len(POOLINGS) * 3
+    """Bytes one variant takes while its chunk is answered, scored and written: its float32 next-token
+    log-probs, its pooled hidden states with the activation blocks' copies of them, and its answers and
+    rows (an example's float64 distributions are made one example at a time)."""
+    return vocab_size * 4 + (n_layers + 1) * d_model * 4 * len(POOLINGS) * 3 + ROW_BYTES
 
 
 def example_activation_bytes(n_layers: int, d_model: int, n_variants: int) -> int:

@@ -217,7 +217,7 @@ def test_between_example_distance_from_sums_equals_scipy():
 
 
 def test_seeded_sample_is_uniform_size_and_independent_of_order():
-    from sago_fast.axes.activation import sample_size, seeded_sample
+    from sago_fast.axes.activation import NEIGHBOUR_BLOCK, sample_size, seeded_sample
 
     ids = [f"x{i}" for i in range(1000)]
     assert seeded_sample(ids, 1000, 0) is None  # all fit: exact
@@ -227,7 +227,11 @@ def test_seeded_sample_is_uniform_size_and_independent_of_order():
     )
     per_example = 1 << 20
     m = sample_size(per_example, 64 << 20)
-    assert m * per_example + 16 * m * m <= 64 << 20 < (m + 1) * per_example + 16 * (m + 1) ** 2
+
+    def working_set(n):
+        return n * (per_example + 16 * NEIGHBOUR_BLOCK) + 48 * n * n
+
+    assert working_set(m) <= 64 << 20 < working_set(m + 1)
 
 
 # --- generation tasks: answers are answer keys, no options ---

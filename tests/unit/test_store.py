@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from datetime import datetime
+
 import duckdb
 import numpy as np
 import pytest
@@ -137,3 +139,73 @@ def test_run_lifecycle_methods():
     assert store.query("SELECT status, provider FROM runs")[1] == [("partial", "CPUExecutionProvider")]
     store.set_run_status("r1", "done", "CUDAExecutionProvider")
     assert store.query("SELECT provider FROM runs")[1] == [("CUDAExecutionProvider",)]
+
+
+def chunk_rows(chunk, ids, state):
+    from sago_fast.store.rows import chunk_columns
+
+    return {
+        "item_scores": {
+            "run_id": ["r"] * len(ids),
+            "model_id": ["m"] * len(ids),
+            "dataset_id": ["d"] * len(ids),
+            "example_id": ids,
+            "axis": ["generation"] * len(ids),
+            "metric": ["flip_rate"] * len(ids),
+            "family": [None] * len(ids),
+            "value": [0.5] * len(ids),
+        },
+        "unit_chunks": chunk_columns("r", "u", "m", "d", chunk, ids, 2 * len(ids), 1, 0.25, state),
+    }
+
+
+@pytest.mark.parametrize("sink_kind", ["duckdb", "parquet"])
+def test_chunks_commit_once_resume_and_finish(tmp_path, sink_kind):
+    """Both sinks: a chunk is written once, what is committed is read back in order for a resume, and
+    finishing the unit keeps the chunk records but drops their partial state."""
+    from sago_fast.run.merge import merge_shards
+    from sago_fast.run.sinks import DuckDBSink, ParquetShardSink
+    from sago_fast.store.rows import unit_columns
+
+    run_row = {"run_id": ["r"], "created_at": [datetime(2026, 1, 1)], "status": ["running"]}
+    if sink_kind == "duckdb":
+        sink = DuckDBSink(tmp_path / "r.duckdb", run_row)
+    else:
+        sink = ParquetShardSink(tmp_path / "shards", run_row, ["u"])
+    assert sink.chunks_done("r", "u").n_chunks == 0
+    assert sink.write_chunk("r", "u", 0, chunk_rows(0, ["a", "b"], b"first"))
+    assert not sink.write_chunk("r", "u", 0, chunk_rows(0, ["a", "b"], b"again"))  # once only
+    assert sink.write_chunk("r", "u", 1, chunk_rows(1, ["c"], b"second"))
+    done = sink.chunks_done("r", "u")
+    assert (done.n_chunks, done.example_ids, done.n_variants, done.n_canonical_correct) == (
+        2,
+        ("a", "b", "c"),
+        6,
+        2,
+    )
+    assert done.seconds == pytest.approx(0.5)
+    assert sink.chunk_states("r", "u") == [b"first", b"second"]
+    units = unit_columns(
+        "r",
+        "u",
+        "m",
+        "d",
+        shard=0,
+        checkpoint="c",
+        n_examples=3,
+        n_variants=6,
+        accuracy=2 / 3,
+        seconds=0.5,
+        provider="CPU",
+        n_chunks=2,
+    )
+    assert sink.write("r", "u", {"units": units}) and not sink.write("r", "u", {"units": units})
+    assert sink.finished("r", ["u"]) == {"u"}
+    sink.close()
+    db = tmp_path / "r.duckdb"
+    if sink_kind == "parquet":
+        assert merge_shards([tmp_path / "shards"], db).merged == ["u"]
+    with Store(db, read_only=True) as store:
+        assert store.query("SELECT count(*), count(state) FROM unit_chunks")[1] == [(2, 0)]
+        assert store.query("SELECT count(*) FROM item_scores")[1] == [(3,)]
+        assert store.query("SELECT n_chunks, status FROM units")[1] == [(2, "done")]
