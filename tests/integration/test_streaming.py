@@ -3,9 +3,6 @@ mid-unit keeps them and the re-run finishes the unit as an uninterrupted run wou
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
 import sys
 
 import duckdb
@@ -134,7 +131,7 @@ def test_sigkill_mid_unit_keeps_its_chunks_and_the_rerun_equals_an_uninterrupted
     tmp_path, checkpoints, cache_dir, caplog
 ):
     from sago_fast.run import RunConfig, run
-    from tests.integration.test_units import assert_same_tables
+    from tests.integration.test_units import assert_same_tables, sigkill_at
 
     settings = dict(
         models=(str(checkpoints["gpt2"]),),
@@ -153,19 +150,7 @@ def test_sigkill_mid_unit_keeps_its_chunks_and_the_rerun_equals_an_uninterrupted
     killed = tmp_path / "killed.duckdb"
     args = ["run", "-m", settings["models"][0], "-d", "letters", "--limit", "60", "-F", "typo", "-k", "1"]
     args += ["--no-stats", "--chunk-memory-mb", "0.1", "--cache-dir", str(cache_dir), "--db", str(killed)]
-    proc = subprocess.Popen(
-        sago(*args),
-        stderr=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        text=True,
-        env={**os.environ, "TQDM_DISABLE": "1"},
-    )
-    for line in proc.stderr:  # type: ignore[union-attr]
-        if "examples committed" in line:  # the first chunk is in: kill mid-unit
-            proc.send_signal(signal.SIGKILL)
-            break
-    proc.wait(timeout=120)
-    assert proc.returncode == -signal.SIGKILL
+    sigkill_at(sago(*args), "examples committed")  # the first chunk is in: kill mid-unit
     ((chunks, units),) = table_rows(
         killed, "SELECT (SELECT count(*) FROM unit_chunks), (SELECT count(*) FROM units)"
     )

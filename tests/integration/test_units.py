@@ -86,22 +86,27 @@ def sago_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "sago_fast.cli.app", *args]
 
 
-def test_sigkill_then_rerun_equals_an_uninterrupted_run(job, reference, tmp_path):
-    args, _ = job
-    db = tmp_path / "killed.duckdb"
+def sigkill_at(command: list[str], marker: str) -> None:
+    """Run ``command`` and SIGKILL it as soon as a line of its stderr holds ``marker``."""
     proc = subprocess.Popen(
-        sago_cmd("-v", "run", *args, "--db", str(db)),
+        command,
         stderr=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
         text=True,
         env={**os.environ, "TQDM_DISABLE": "1"},
     )
     for line in proc.stderr:  # type: ignore[union-attr]
-        if " done in " in line:  # the first unit is committed: kill mid-run
+        if marker in line:
             proc.send_signal(signal.SIGKILL)
             break
     proc.wait(timeout=120)
     assert proc.returncode == -signal.SIGKILL
+
+
+def test_sigkill_then_rerun_equals_an_uninterrupted_run(job, reference, tmp_path):
+    args, _ = job
+    db = tmp_path / "killed.duckdb"
+    sigkill_at(sago_cmd("-v", "run", *args, "--db", str(db)), " done in ")  # the first unit is committed
     con = duckdb.connect(str(db), read_only=True)
     done = con.execute("SELECT count(*) FROM units").fetchone()[0]
     con.close()
