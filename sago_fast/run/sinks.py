@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 MANIFEST = "manifest.json"
 SHARD_FORMAT = 1
 CHUNK_DONE = "chunk.json"
+SINK_MEMORY_LIMIT = "1GB"  # DuckDB's buffer pool while a run writes
 
 
 class Sink(Protocol):
@@ -64,6 +65,9 @@ class DuckDBSink:
     def __init__(self, db: str | os.PathLike[str], run_row: dict[str, list[Any]]) -> None:
         self.store = Store(db)
         self.where = str(db)
+        # DuckDB keeps the pages it wrote in its buffer pool up to 80% of RAM by default: the RSS of a long
+        # run would grow with its results file. Committed pages are on disk and can be evicted.
+        self.store.query(f"SET memory_limit = '{SINK_MEMORY_LIMIT}'")
         run_id = run_row["run_id"][0]
         with self.store.transaction():
             self.store.insert("runs", run_row, key=("run_id",))
