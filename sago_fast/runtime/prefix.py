@@ -8,7 +8,9 @@ positions come from the mask, so every row sees exactly ``prompt + c`` (the same
 whole sequence). A one-token continuation is read from the prefill's next-token distribution (no pass).
 
 Rows are grouped under the batch policy counting cached + block tokens, so the repeated cache rows of a
-group stay within the token budget.
+group stay within the token budget, and a group's block logits ((rows, block, vocab) float32 and the
+log-softmax's temporaries) within LOGITS_BYTES: with a 128k vocabulary the runtime's arena otherwise grows
+to ~1.5 GB for option blocks alone.
 """
 
 from __future__ import annotations
@@ -21,6 +23,22 @@ from sago_fast.runtime.batching import BatchPolicy, left_pad, plan_batches
 from sago_fast.runtime.generate import past_input_names
 
 Run = Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]
+LOGITS_BYTES = 256 << 20  # one block pass's logits and their log-softmax temporaries (3 float32 copies)
+
+
+def _within_logits_budget(
+    groups: Sequence[np.ndarray],
+    rows: Sequence[tuple[int, int]],
+    continuations: Sequence[Sequence[Sequence[int]]],
+    vocab: int,
+) -> list[np.ndarray]:
+    """``groups`` split, in order, so that no group's block logits exceed LOGITS_BYTES."""
+    out = []
+    for group in groups:
+        block = 1 + max(len(continuations[rows[g][0]][rows[g][1]]) for g in group)
+        most = max(1, LOGITS_BYTES // (block * vocab * 4 * 3))
+        out += [group[i : i + most] for i in range(0, len(group), most)]
+    return out
 
 
 def score_on_prefix(
@@ -53,7 +71,8 @@ def score_on_prefix(
     costs = np.array([prefix + len(continuations[r][j]) + 1 for r, j in rows], dtype=np.int64)
     past_names = dict(zip(presents, past_input_names(list(presents)), strict=True))
     tokens = 0
-    for group in plan_batches(costs, policy):
+    vocab = next_logprobs.shape[1]
+    for group in _within_logits_budget(plan_batches(costs, policy), rows, continuations, vocab):
         picked = [rows[g] for g in group]
         owners = np.array([r for r, _ in picked])
         blocks = [[int(prompt_ids[r, -1]), *continuations[r][j]] for r, j in picked]

@@ -90,3 +90,20 @@ def test_device_names():
     assert providers_for("cpu") == ["CPUExecutionProvider"]
     with pytest.raises(DeviceError, match="one of cpu, cuda, auto"):
         resolve_device("tpu")
+
+
+def test_block_groups_are_split_to_the_logits_budget():
+    from sago_fast.runtime.prefix import LOGITS_BYTES, _within_logits_budget
+
+    continuations = [[[1] * 5, [2] * 9] for _ in range(40)]  # 80 blocks of 6 and 10 tokens
+    rows = [(r, j) for r in range(40) for j in range(2)]
+    groups = [np.arange(0, 50), np.arange(50, 80)]
+    vocab = 128256
+    split = _within_logits_budget(groups, rows, continuations, vocab)
+    assert np.concatenate(split).tolist() == list(range(80))  # every row once, in order
+    for group in split:
+        block = 1 + max(len(continuations[rows[g][0]][rows[g][1]]) for g in group)
+        assert len(group) * block * vocab * 12 <= LOGITS_BYTES or len(group) == 1
+    assert len(split) > 2
+    same = _within_logits_budget(groups, rows, continuations, 512)  # small vocabularies: as planned
+    assert [g.tolist() for g in same] == [g.tolist() for g in groups]
