@@ -82,29 +82,29 @@ def run(
     )
     finished = sink.finished(plan.run_id, [u.unit_id for u in units])
     todo = [u for u in units if u.unit_id not in finished]
-    resume = {u.unit_id: sink.chunks_done(plan.run_id, u.unit_id) for u in todo}
-    resume = {unit_id: done for unit_id, done in resume.items() if done.n_chunks}
-    if light_start and config.executor == "local":
-        start_without_torch_if_exported(
-            {u.model_id: u.checkpoint for u in todo}.values(), device, config.cache_dir
-        )
     skipped = len(units) - len(todo)
-    if skipped:
-        log.info("run %s: %d of %d units already done, skipped", plan.run_id, skipped, len(units))
-    for unit_id, done in resume.items():
-        log.info(
-            "unit %s: resuming after %d committed chunks (%d examples)",
-            unit_id,
-            done.n_chunks,
-            len(done.example_ids),
-        )
     results: list[UnitResult] = []
     failed: list[tuple[str, str]] = []
     provider = ""
     shown = RunProgress.choose(len(units), skipped, progress)
     by_id = {u.unit_id: u for u in todo}
-    examples_done = {unit_id: len(done.example_ids) for unit_id, done in resume.items()}
-    try:
+    try:  # from here on, a Ctrl-C says what is kept and how to resume
+        resume = {u.unit_id: sink.chunks_done(plan.run_id, u.unit_id) for u in todo}
+        resume = {unit_id: done for unit_id, done in resume.items() if done.n_chunks}
+        if light_start and config.executor == "local":
+            start_without_torch_if_exported(
+                {u.model_id: u.checkpoint for u in todo}.values(), device, config.cache_dir
+            )
+        if skipped:
+            log.info("run %s: %d of %d units already done, skipped", plan.run_id, skipped, len(units))
+        for unit_id, done in resume.items():
+            log.info(
+                "unit %s: resuming after %d committed chunks (%d examples)",
+                unit_id,
+                done.n_chunks,
+                len(done.example_ids),
+            )
+        examples_done = {unit_id: len(done.example_ids) for unit_id, done in resume.items()}
         outcomes = EXECUTORS.get(config.executor)(plan, todo, config, shown, resume)
         for outcome in outcomes:
             where = f"{outcome.checkpoint} × {plan.datasets[outcome.dataset_id].name}"

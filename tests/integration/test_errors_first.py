@@ -148,6 +148,14 @@ def test_merge_of_a_missing_folder_says_missing(tmp_path):
     assert not (tmp_path / "m.duckdb").exists()
 
 
+def default_sigint() -> None:
+    """In the child: Ctrl-C as a terminal gives it, even when the test runner itself was started in the
+    background (a shell starts background jobs with SIGINT ignored, and children inherit that)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_exits_130_even_after_an_interrupted_exec(tmp_path):
     """CPython ends a `python -m` process with SIGINT (-2) when a KeyboardInterrupt passed through any
     exec() of source (dataclasses and Numba build code that way), even if it was caught and handled; the
@@ -170,6 +178,7 @@ def test_ctrl_c_exits_130_even_after_an_interrupted_exec(tmp_path):
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])},
+        preexec_fn=default_sigint,
     )
     assert process.stdout is not None and process.stdout.readline().strip() == "ready"
     process.send_signal(signal.SIGINT)

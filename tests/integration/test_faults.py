@@ -15,6 +15,7 @@ import sago_fast.run.sinks as sinks
 from sago_fast.errors import DiskFullError
 from sago_fast.run import RunConfig, run
 from sago_fast.store import Store
+from tests.integration.test_errors_first import default_sigint
 
 
 def config(db, checkpoints, cache_dir):
@@ -82,7 +83,9 @@ def test_ctrl_c_during_a_run_is_one_line(tmp_path, checkpoints, cache_dir):
         "--max-new-tokens",
         "32",
     ]
-    process = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        command, env=env, stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True, preexec_fn=default_sigint
+    )
     deadline = time.monotonic() + 120
     while not db.exists() and time.monotonic() < deadline and process.poll() is None:
         time.sleep(0.2)  # the database is created once the run is planned, before the unit starts
