@@ -301,10 +301,11 @@ def layer_item_scores(layers: Sequence[LayerScores], axis: str = "activation") -
     for block in layers:
         if block.pooling != ITEM_POOLING:
             continue
+        averaged = {name for name in set(block.metric) if "item_scores" in metric(name).tables}
         for e, name, family, value in zip(
             block.example_id, block.metric, block.family, block.value, strict=True
         ):
-            if "item_scores" in metric(name).tables:
+            if name in averaged:
                 groups[(e, name, family)].append(float(value))
     out = []
     for (e, name, family), values in groups.items():
