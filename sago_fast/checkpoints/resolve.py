@@ -11,9 +11,10 @@ import hashlib
 import json
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from sago_fast.checkpoints.runs import TrainingPosition, training_position
 from sago_fast.errors import CheckpointError
 from sago_fast.hashing import remembered, update_with_file
 from sago_fast.paths import cache_root
@@ -43,6 +44,12 @@ class Checkpoint:
     source_format: str = "hf"  # "hf" (safetensors folder) or "gguf" (converted from a GGUF file)
     quantization: str | None = None  # GGUF file type of the source (e.g. "Q4_1"); None for HF folders
     origin: Path | None = None  # what the user named (the .gguf file); None when it is ``path``
+    position: TrainingPosition = field(default_factory=TrainingPosition)  # step, tokens seen (training run)
+    base: Checkpoint | None = None  # a LoRA adapter's base model (source_format "lora")
+
+    @property
+    def is_adapter(self) -> bool:
+        return self.base is not None
 
     @property
     def display_path(self) -> Path:
@@ -55,8 +62,12 @@ class Checkpoint:
 
 
 def _weight_files(path: Path, allow_pickle: bool) -> tuple[str, ...]:
+    from sago_fast.checkpoints.tensors import safetensors_header
+
     safetensors = sorted(p.name for p in path.glob("*.safetensors"))
     if safetensors:
+        for name in safetensors:  # a truncated or damaged file is named here, before any export
+            safetensors_header(path / name)
         return tuple(safetensors)
     pickles = sorted(p.name for p in path.glob("*.bin") if "pytorch_model" in p.name or "model" in p.name)
     if pickles and not allow_pickle:
@@ -106,10 +117,70 @@ def resolve_checkpoint(
     *,
     allow_pickle: bool = False,
     gguf_cache_dir: str | os.PathLike[str] | None = None,
+    base: str | os.PathLike[str] | Checkpoint | None = None,
 ) -> Checkpoint:
-    """Validate ``checkpoint`` (a directory, a ``.gguf`` file, or a hub id like ``org/name``) and hash its
-    content. A GGUF file is dequantised once into an HF folder under ``gguf_cache_dir`` (default
-    ``~/.cache/sago_fast/gguf``) whose tokenizer follows the file's metadata; see :mod:`.gguf`."""
+    """Validate ``checkpoint`` (a directory, a ``.gguf`` file, a PEFT LoRA folder, or a hub id like
+    ``org/name``) and hash its content. A GGUF file is dequantised once into an HF folder under
+    ``gguf_cache_dir`` (default ``~/.cache/sago_fast/gguf``) whose tokenizer follows the file's metadata;
+    see :mod:`.gguf`. A LoRA folder's base is ``base`` when given, else its ``base_model_name_or_path``
+    (see :mod:`.adapters`). A member of a training-run folder records its step (see :mod:`.runs`)."""
+    from sago_fast.checkpoints.adapters import is_adapter_folder
+
+    path = Path(checkpoint).expanduser()
+    if is_adapter_folder(path):
+        return _resolve_adapter(path, base, allow_pickle, gguf_cache_dir)
+    resolved = _resolve_model(checkpoint, allow_pickle, gguf_cache_dir)
+    if path.is_dir():
+        return dataclasses.replace(resolved, position=training_position(path))
+    return resolved
+
+
+def _resolve_adapter(
+    path: Path,
+    base: str | os.PathLike[str] | Checkpoint | None,
+    allow_pickle: bool,
+    gguf_cache_dir: str | os.PathLike[str] | None,
+) -> Checkpoint:
+    """A LoRA adapter folder over its resolved base; its content hash covers the adapter and the base."""
+    from sago_fast.checkpoints.adapters import (
+        ADAPTER_CONFIG,
+        adapter_hash,
+        adapter_modules,
+        adapter_weights,
+        base_reference,
+        read_adapter_config,
+    )
+    from sago_fast.checkpoints.tensors import safetensors_header
+
+    config = read_adapter_config(path)
+    weights = adapter_weights(path)
+    adapter_modules(path, safetensors_header(weights)[1])  # refuses what cannot be evaluated, up front
+    if not isinstance(base, Checkpoint):
+        reference = base_reference(path, config, None if base is None else str(base))
+        base = _resolve_model(reference, allow_pickle, gguf_cache_dir)
+    if base.is_adapter:
+        raise CheckpointError(f"{path}: its base {base.display_path} is an adapter itself")
+    files = [path / ADAPTER_CONFIG, weights]
+    digest = remembered(
+        "adapter-" + base.content_hash, files, lambda: adapter_hash(path, base.content_hash), cache_root()
+    )
+    return Checkpoint(
+        path=path.resolve(),
+        model_type=base.model_type,
+        weight_files=(weights.name,),
+        content_hash=digest,
+        source_format="lora",
+        quantization=base.quantization,
+        position=training_position(path),
+        base=base,
+    )
+
+
+def _resolve_model(
+    checkpoint: str | os.PathLike[str],
+    allow_pickle: bool,
+    gguf_cache_dir: str | os.PathLike[str] | None,
+) -> Checkpoint:
     from sago_fast.checkpoints.gguf import convert_gguf, gguf_source, is_gguf
 
     path = Path(checkpoint).expanduser()
@@ -117,7 +188,7 @@ def resolve_checkpoint(
         if not path.is_file():
             raise CheckpointError(f"{checkpoint}: no such GGUF file")
         folder = convert_gguf(path, gguf_cache_dir)
-        resolved = resolve_checkpoint(folder, allow_pickle=False)
+        resolved = _resolve_model(folder, False, None)
         source = gguf_source(folder) or {}
         return dataclasses.replace(
             resolved, source_format="gguf", quantization=source.get("quantization"), origin=path.resolve()

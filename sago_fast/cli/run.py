@@ -14,7 +14,19 @@ from sago_fast.cli.options import CacheDirOpt, OptionalDbOpt, OptionalDeviceOpt
 def run_command(
     model: Annotated[
         list[str] | None,
-        typer.Option("--model", "-m", help="Checkpoint directory, .gguf file or hub id (repeatable)."),
+        typer.Option(
+            "--model",
+            "-m",
+            help="Checkpoint directory, training-run folder (checkpoint-N/, step-N/, ...), LoRA adapter folder, "
+            ".gguf file or hub id (repeatable).",
+        ),
+    ] = None,
+    base: Annotated[
+        str | None,
+        typer.Option(
+            "--base",
+            help="Base model of the LoRA adapters among --model (default: each adapter's base_model_name_or_path).",
+        ),
     ] = None,
     dataset: Annotated[
         list[str] | None, typer.Option("--dataset", "-d", help="Built-in suite or data file (repeatable).")
@@ -163,6 +175,7 @@ def run_command(
         "fields": tuple(field) if field else None,
         "chunk_memory_mb": chunk_memory_mb,
         "sample_memory_mb": sample_memory_mb,
+        "base": base,
         "stop": tuple(s.replace("\\n", "\n").replace("\\t", "\t") for s in stop) if stop else None,
     }
     if config is not None:

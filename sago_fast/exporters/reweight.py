@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from sago_fast.checkpoints.resolve import CONFIG_FILE, Checkpoint
+from sago_fast.checkpoints.tensors import safetensors_header
 from sago_fast.errors import ExportError
 from sago_fast.types import ExportSettings
 
@@ -55,31 +56,12 @@ def safetensors_files(folder: Path) -> list[Path]:
     return sorted(folder.glob("*.safetensors"))
 
 
-def _safetensors_header(file: Path) -> tuple[int, dict[str, Any]]:
-    """(offset of the data section, header) of a safetensors file; ExportError naming the file when it is
-    not one (truncated, or another format under that name)."""
-    total = file.stat().st_size
-    with file.open("rb") as handle:
-        size = int.from_bytes(handle.read(8), "little")
-        raw = handle.read(size) if 8 + size <= total else b""
-    try:
-        header = json.loads(raw)
-        if not isinstance(header, dict):
-            raise ValueError("not a JSON object")
-    except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-        raise ExportError(
-            f"{file}: not a readable safetensors file (header of {size} bytes in a {total}-byte file: {exc})"
-        ) from None
-    header.pop("__metadata__", None)
-    return 8 + size, header
-
-
 def tensor_shapes(folder: Path) -> dict[str, list[int]]:
     """Name -> shape of every tensor in ``folder``'s safetensors files (headers only)."""
     return {
         name: list(info["shape"])
         for file in safetensors_files(folder)
-        for name, info in _safetensors_header(file)[1].items()
+        for name, info in safetensors_header(file)[1].items()
     }
 
 
@@ -161,7 +143,7 @@ def write_sibling_graph(
     linked: dict[str, int] = {}
     converted: list[tuple[Any, np.ndarray]] = []
     for file in safetensors_files(checkpoint):
-        data_start, header = _safetensors_header(file)
+        data_start, header = safetensors_header(file)
         local = LINKED_PREFIX + file.name
         in_place = [n for n in header if n in wanted and SAFETENSORS_DTYPES.get(header[n]["dtype"]) is target]
         if in_place:

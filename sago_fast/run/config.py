@@ -37,6 +37,8 @@ class RunConfig:
     per prompt, drawn (seeded, never the example itself) from ``fewshot_from`` (a data file or suite) or
     else from the dataset itself; fields: ``NAME=SOURCE`` field mappings for data files (as ``sago
     variants --field``; dotted sources read nested fields, ``answer_offset=1`` for 1-based answers).
+    base: the base model of LoRA adapter folders among ``models`` (default: each adapter's
+    ``base_model_name_or_path``).
     """
 
     models: tuple[str, ...]
@@ -64,6 +66,7 @@ class RunConfig:
     fields: tuple[str, ...] = ()
     chunk_memory_mb: float = defaults.CHUNK_MEMORY_MB
     sample_memory_mb: float = defaults.SAMPLE_MEMORY_MB
+    base: str | None = None
 
     def __post_init__(self) -> None:
         if not self.models:

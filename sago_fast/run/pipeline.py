@@ -161,6 +161,12 @@ def run(
         raise UnitsFailedError(
             f"{len(failed)} of {len(units)} units failed (the {len(results) + skipped} others are kept): {reasons}{more}"
         )
+    if plan.skipped:  # the run's other checkpoints are evaluated (and their statistics computed)
+        where, why = plan.skipped[0]
+        more = f" (and {len(plan.skipped) - 1} more)" if len(plan.skipped) > 1 else ""
+        raise UnitsFailedError(
+            f"{len(plan.skipped)} training-run member(s) skipped, the others are kept: {where}: {why}{more}"
+        )
     return result
 
 

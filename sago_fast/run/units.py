@@ -18,10 +18,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from sago_fast.checkpoints.adapters import is_adapter_folder
 from sago_fast.checkpoints.gguf import is_gguf
 from sago_fast.checkpoints.resolve import Checkpoint, natural_key, resolve_checkpoint
+from sago_fast.checkpoints.runs import run_members
 from sago_fast.datasets.resolve import Dataset, load_dataset
-from sago_fast.errors import InputError
+from sago_fast.errors import CheckpointError, InputError, SagoError
 from sago_fast.run.config import RunConfig
 from sago_fast.types import Variant
 from sago_fast.variants import VariantConfig, generate_variants
@@ -36,6 +38,7 @@ class Unit:
     checkpoint: Checkpoint
     dataset_id: str
     shard: int = 0
+    aliases: tuple[Checkpoint, ...] = ()  # every named checkpoint with this content (``checkpoint`` first)
 
     @property
     def model_id(self) -> str:
@@ -48,6 +51,7 @@ class Plan:
     datasets: dict[str, Dataset]
     variants: dict[str, list[Variant]]
     units: tuple[Unit, ...]
+    skipped: tuple[tuple[str, str], ...] = ()  # (training-run member, why) left out of the run
 
     def by_checkpoint(self, units: Sequence[Unit]) -> list[tuple[Checkpoint, list[Unit]]]:
         """Units grouped by checkpoint content, in plan order (one model load per group)."""
@@ -57,17 +61,32 @@ class Plan:
         return list(groups.values())
 
 
+@dataclass(frozen=True)
+class ModelEntry:
+    """One checkpoint the run names; ``in_run``: found inside a training-run folder (a broken one is
+    skipped with one line instead of stopping the run)."""
+
+    text: str
+    in_run: bool = False
+
+
 def expand_models(models: Sequence[str]) -> list[str]:
-    """Checkpoint paths from the given entries: a directory, ``.gguf`` file or hub id as is; a glob (``ckpts/step-*``)
-    expanded in natural order; ``@list.txt`` or a ``.txt`` file: one entry per line (# comments); a
-    ``.yaml``/``.yml`` suite: a list, or a mapping with ``models``. Entries of files are expanded again,
-    relative to the file."""
-    out: list[str] = []
+    """Checkpoint paths of the given entries (see :func:`model_entries`)."""
+    return [entry.text for entry in model_entries(models)]
+
+
+def model_entries(models: Sequence[str]) -> list[ModelEntry]:
+    """Checkpoints from the given entries: a checkpoint directory, LoRA adapter folder, ``.gguf`` file or
+    hub id as is; a training-run folder (``checkpoint-N/``, ``step-N/``, ``global_stepN/``, ``iter_N/``
+    members) as its members in step order; a glob (``ckpts/step-*``) expanded in natural order;
+    ``@list.txt`` or a ``.txt`` file: one entry per line (# comments); a ``.yaml``/``.yml`` suite: a list,
+    or a mapping with ``models``. Entries of files are expanded again, relative to the file."""
+    out: list[ModelEntry] = []
     for entry in models:
         text = str(entry)
         path = Path(text[1:] if text.startswith("@") else text).expanduser()
         if text.startswith("@") or (path.suffix in (".txt", ".yaml", ".yml") and path.is_file()):
-            out += expand_models(
+            out += model_entries(
                 [str(path.parent / e) if not Path(e).is_absolute() else e for e in _list_file(path)]
             )
         elif any(ch in text for ch in "*?["):
@@ -75,11 +94,14 @@ def expand_models(models: Sequence[str]) -> list[str]:
             matches = [m for m in matches if Path(m).is_dir() or is_gguf(Path(m))]
             if not matches:
                 raise InputError(f"--model {text}: the pattern matches no checkpoint directory or .gguf file")
-            out += matches
+            out += [ModelEntry(m) for m in matches]
+        elif (members := run_members(path)) is not None:
+            log.info("%s: a training run of %d checkpoints", text, len(members))
+            out += [ModelEntry(str(m), in_run=True) for m in members]
         else:
-            out.append(text)
+            out.append(ModelEntry(text))
     seen: set[str] = set()
-    return [m for m in out if not (m in seen or seen.add(m))]  # type: ignore[func-returns-value]
+    return [e for e in out if not (e.text in seen or seen.add(e.text))]  # type: ignore[func-returns-value]
 
 
 def _list_file(path: Path) -> list[str]:
@@ -152,27 +174,75 @@ def plan_run(config: RunConfig) -> Plan:
         d.dataset_id: generate_variants(d.examples, variant_config, config.fewshot_from or d.name)
         for d in datasets
     }
-    checkpoints: dict[str, Checkpoint] = {}
-    for checkpoint in _resolve_all(expand_models(config.models)):
-        checkpoints.setdefault(checkpoint.content_hash, checkpoint)  # same content twice: evaluated once
+    groups: dict[str, list[Checkpoint]] = {}
+    resolved, skipped = _resolve_all(model_entries(config.models), config.base)
+    for checkpoint in resolved:  # same content twice: evaluated once, recorded under every name
+        groups.setdefault(checkpoint.content_hash, []).append(checkpoint)
+    for same in groups.values():
+        if len(same) > 1:
+            log.info(
+                "%s: identical content; evaluated once, recorded under all %d names",
+                ", ".join(str(c.display_path) for c in same),
+                len(same),
+            )
     settings = result_settings(config)
     units: list[Unit] = []
-    for checkpoint in checkpoints.values():
+    for same in groups.values():
+        checkpoint = same[0]
         for data in datasets:
             unit_id = _digest([settings, checkpoint.content_hash, data.dataset_id, 0])
-            units.append(Unit(unit_id, len(units), checkpoint, data.dataset_id))
+            units.append(Unit(unit_id, len(units), checkpoint, data.dataset_id, aliases=tuple(same)))
     run_id = "run-" + _digest([settings, sorted(u.unit_id for u in units)])
-    return Plan(run_id, {d.dataset_id: d for d in datasets}, variants, tuple(units))
+    return Plan(run_id, {d.dataset_id: d for d in datasets}, variants, tuple(units), tuple(skipped))
 
 
-def _resolve_all(models: Sequence[str]) -> list[Checkpoint]:
-    """Each model resolved and content-hashed, in order. Checkpoint folders are hashed on a few threads
-    at once (hashlib and file reads release the GIL: ~2x on two cores for checkpoints not hashed before);
-    GGUF files, which are converted through torch, one at a time. The first failure in order is raised."""
-    if len(models) < 2 or any(is_gguf(Path(m)) for m in models):
-        return [resolve_checkpoint(m) for m in models]
-    with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as pool:
-        return list(pool.map(resolve_checkpoint, models))
+def _resolve_all(
+    entries: Sequence[ModelEntry], base: str | None = None
+) -> tuple[list[Checkpoint], list[tuple[str, str]]]:
+    """Each entry resolved and content-hashed, in order, and the training-run members that could not be
+    (logged, one line each). The first failure of any other entry is raised. Checkpoint folders are hashed
+    on a few threads at once (hashlib and file reads release the GIL: ~2x on two cores for checkpoints not
+    hashed before); GGUF files (converted through torch) and adapters one at a time, each base once."""
+    bases: dict[str, Checkpoint] = {}
+
+    def resolve(entry: ModelEntry) -> Checkpoint | str:
+        try:
+            return resolve_checkpoint(entry.text, base=_base_of(entry.text, base, bases))
+        except SagoError as exc:
+            if not entry.in_run:
+                raise
+            return str(exc)
+
+    sequential = len(entries) < 2 or any(
+        is_gguf(Path(e.text)) or is_adapter_folder(Path(e.text)) for e in entries
+    )
+    if sequential:
+        results = [resolve(e) for e in entries]
+    else:
+        with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as pool:
+            results = list(pool.map(resolve, entries))
+    resolved = [r for r in results if isinstance(r, Checkpoint)]
+    skipped = [(e.text, r) for e, r in zip(entries, results, strict=True) if isinstance(r, str)]
+    for where, why in skipped:
+        log.error("skipped training-run member %s: %s", where, why)
+    if not resolved:
+        raise CheckpointError(
+            f"no checkpoint could be read ({len(skipped)} skipped; the first: {skipped[0][1]})"
+        )
+    return resolved, skipped
+
+
+def _base_of(text: str, base: str | None, bases: dict[str, Checkpoint]) -> Checkpoint | None:
+    """The resolved base of an adapter folder (each base resolved once per plan); None for others."""
+    from sago_fast.checkpoints.adapters import base_reference, read_adapter_config
+
+    folder = Path(text).expanduser()
+    if not is_adapter_folder(folder):
+        return None
+    reference = base_reference(folder, read_adapter_config(folder), base)
+    if reference not in bases:
+        bases[reference] = resolve_checkpoint(reference)
+    return bases[reference]
 
 
 def parse_shard(text: str | None) -> tuple[int, int] | None:

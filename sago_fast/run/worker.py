@@ -128,7 +128,13 @@ def _evaluate(
 ) -> Iterator[ChunkOutcome | UnitOutcome]:
     where = str(model.checkpoint.display_path)
     unit_start = time.perf_counter()
-    shared = {"models": build.model_columns(model), "datasets": build.dataset_columns(data)}
+    shared = {
+        "models": build.model_columns(model),
+        "datasets": build.dataset_columns(data),
+        "checkpoint_names": build.checkpoint_name_columns(
+            run_id, model.model_id, unit.aliases or (model.checkpoint,)
+        ),
+    }
     try:
         label = f"{model.checkpoint.display_path.name} × {data.name}"
         model.progress = progress.unit_started(label) if progress is not None else NoProgress()

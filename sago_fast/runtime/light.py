@@ -36,6 +36,6 @@ def start_without_torch_if_exported(
     from sago_fast.types import ExportSettings
 
     cache, settings = ExportCache(cache_dir), ExportSettings.for_device(device)
-    if any(cache.lookup(c, settings) is None for c in checkpoints):
+    if any(cache.lookup(c.base or c, settings) is None for c in checkpoints):  # adapters: their base
         return False
     return tokenizers_without_torch()

@@ -56,6 +56,7 @@ class SagoModel:
     batch_policy: BatchPolicy = field(default_factory=BatchPolicy)
     session_options: SessionOptions = field(default_factory=SessionOptions)
     progress: PassProgress = field(default_factory=NoProgress)  # hears of every batch of every pass
+    pinned: tuple[Any, ...] = ()  # OrtValues the session reads (a LoRA adapter's weights): kept alive
 
     @property
     def has_kv_cache(self) -> bool:
@@ -311,6 +312,7 @@ def load_model(
 
     device: "cpu", "cuda" or "auto" (CUDA when it really runs, else CPU).
     dtype: "fp32" or "fp16"; default fp16 on CUDA and fp32 on CPU.
+    A LoRA adapter opens its base's export with its adapted weights (see :mod:`sago_fast.exporters.lora`).
     """
     from transformers import AutoTokenizer
 
@@ -321,9 +323,10 @@ def load_model(
         if isinstance(checkpoint, Checkpoint)
         else resolve_checkpoint(checkpoint, allow_pickle=allow_pickle)
     )
-    exported = ExportCache(cache_dir).get_or_export(ckpt, settings)
+    exported = ExportCache(cache_dir).get_or_export(ckpt.base or ckpt, settings)
     options = session_options or SessionOptions()
-    session, provider = open_session(exported.model_path, resolved, options)
+    pinned = _adapter_initializers(ckpt, exported) if ckpt.is_adapter else {}
+    session, provider = open_session(exported.model_path, resolved, options, pinned)
     if batch_policy is None and resolved == "cuda":
         batch_policy = _policy_for_free_memory(exported.manifest)
     tokenizer = AutoTokenizer.from_pretrained(exported.path)
@@ -336,7 +339,25 @@ def load_model(
         provider=provider,
         batch_policy=batch_policy or BatchPolicy(),
         session_options=options,
+        pinned=tuple(pinned.values()),
     )
+
+
+def _adapter_initializers(adapter: Checkpoint, exported: ExportedModel) -> dict[str, Any]:
+    """Name -> OrtValue of every weight ``adapter`` changes in its base's graph."""
+    import onnxruntime as ort
+
+    from sago_fast.errors import ExportError
+    from sago_fast.exporters.lora import adapted_weights
+
+    reweight = exported.manifest.get("reweight")
+    if not reweight:
+        raise ExportError(
+            f"{adapter.path}: the base's graph ({exported.path}) does not keep its weights by name; "
+            "an adapter cannot be applied to it"
+        )
+    weights = adapted_weights(adapter, exported.model_path, reweight["names"])
+    return {name: ort.OrtValue.ortvalue_from_numpy(array) for name, array in weights.items()}
 
 
 def _policy_for_free_memory(manifest: dict[str, Any]) -> BatchPolicy:

@@ -7,7 +7,7 @@ import functools
 import logging
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -154,8 +154,12 @@ def open_session(
     path: Path,
     device: str,
     options: SessionOptions = SessionOptions(),
+    initializers: Mapping[str, Any] | None = None,
 ) -> tuple[Any, str]:
     """Create an InferenceSession for ``device`` (cpu|cuda, already resolved) and verify its provider.
+
+    initializers: name -> ``OrtValue`` replacing the graph's initializer of that name (a LoRA adapter's
+    weights); the caller keeps them alive as long as the session.
 
     Returns (session, active provider name). Raises DeviceError when ``cuda`` was asked and the session
     does not actually run on the CUDA provider.
@@ -177,6 +181,8 @@ def open_session(
     )
     # on CPU, no transposed copies of the weights under new names (see SessionOptions)
     disabled = ["ConstantFolding"] if device == "cpu" else []
+    for name, value in (initializers or {}).items():
+        so.add_initializer(name, value)
     if device == "cuda" and not cuda_provider_listed():
         raise DeviceError(
             "device 'cuda' asked, but this onnxruntime has no CUDAExecutionProvider (install onnxruntime-gpu)"

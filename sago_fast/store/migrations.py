@@ -333,4 +333,81 @@ MIGRATIONS: tuple[Migration, ...] = (
         GROUP BY c.run_id, c.unit_id;
         """,
     ),
+    Migration(
+        10,
+        "checkpoints as users have them: training-run position, adapters' base, the shared graph; every "
+        "name of a checkpoint; what changed between consecutive checkpoints; trajectories; quantisations",
+        """
+        ALTER TABLE models ADD COLUMN training_run VARCHAR;
+        ALTER TABLE models ADD COLUMN step BIGINT;
+        ALTER TABLE models ADD COLUMN tokens_seen BIGINT;
+        ALTER TABLE models ADD COLUMN base_model_id VARCHAR;
+        ALTER TABLE models ADD COLUMN graph_key VARCHAR;
+        CREATE TABLE checkpoint_names (
+            run_id VARCHAR NOT NULL,
+            model_id VARCHAR NOT NULL,
+            checkpoint VARCHAR NOT NULL,
+            training_run VARCHAR,
+            step BIGINT,
+            tokens_seen BIGINT
+        );
+        CREATE TABLE checkpoint_changes (
+            run_id VARCHAR NOT NULL,
+            dataset_id VARCHAR NOT NULL,
+            axis VARCHAR NOT NULL,
+            metric VARCHAR NOT NULL,
+            family VARCHAR,
+            training_run VARCHAR NOT NULL,
+            step_from BIGINT,
+            step_to BIGINT,
+            model_from VARCHAR,
+            model_to VARCHAR,
+            test VARCHAR,
+            mean_from DOUBLE,
+            mean_to DOUBLE,
+            change DOUBLE,
+            ci_low DOUBLE,
+            ci_high DOUBLE,
+            p_value DOUBLE,
+            p_adjusted DOUBLE,
+            significant BOOLEAN,
+            n_items INTEGER
+        );
+        CREATE VIEW training_trajectories AS
+        SELECT c.run_id, c.training_run, c.step, c.tokens_seen, c.checkpoint, s.model_id, s.dataset_id,
+               s.axis, s.metric, s.family, s.estimate, s.ci_low, s.ci_high, s.n_items
+        FROM checkpoint_names c JOIN model_scores s ON s.run_id = c.run_id AND s.model_id = c.model_id
+        WHERE c.step IS NOT NULL;
+        CREATE VIEW quantization_comparisons AS
+        WITH m AS (
+            SELECT model_id, any_value(graph_key) AS graph_key, any_value(quantization) AS quantization,
+                   any_value(checkpoint) AS checkpoint,
+                   -- bits per weight, roughly: full precision (no quantisation) 32, F16/BF16 16, Q8_0 8, Q4_1 4
+                   coalesce(CASE WHEN any_value(quantization) IS NULL THEN 32
+                                 WHEN upper(any_value(quantization)) LIKE '%F32' THEN 32
+                                 WHEN upper(any_value(quantization)) LIKE '%F16' THEN 16
+                                 ELSE TRY_CAST(regexp_extract(any_value(quantization), '([0-9]+)', 1) AS INTEGER) END, 0) AS bits
+            FROM models WHERE base_model_id IS NULL GROUP BY model_id
+        ), best AS (
+            SELECT graph_key, max(bits) AS bits FROM m GROUP BY graph_key
+        ), pairs AS (
+            SELECT q.model_id AS quantized, r.model_id AS reference, q.quantization,
+                   coalesce(r.quantization, 'full precision') AS reference_type,
+                   q.checkpoint AS quantized_checkpoint, r.checkpoint AS reference_checkpoint
+            FROM m q JOIN best b ON q.graph_key = b.graph_key
+            JOIN m r ON r.graph_key = q.graph_key AND r.bits = b.bits AND r.model_id <> q.model_id
+            WHERE q.bits < b.bits
+        )
+        SELECT c.run_id, c.dataset_id, c.axis, c.metric, p.quantization, p.reference_type,
+               p.quantized_checkpoint, p.reference_checkpoint, p.quantized, p.reference,
+               CASE WHEN c.model_a = p.quantized THEN c.mean_a ELSE c.mean_b END AS quantized_mean,
+               CASE WHEN c.model_a = p.quantized THEN c.mean_b ELSE c.mean_a END AS reference_mean,
+               CASE WHEN c.model_a = p.quantized THEN c.difference ELSE -c.difference END AS difference,
+               CASE WHEN c.model_a = p.quantized THEN c.ci_low ELSE -c.ci_high END AS ci_low,
+               CASE WHEN c.model_a = p.quantized THEN c.ci_high ELSE -c.ci_low END AS ci_high,
+               c.test, c.p_value, c.p_adjusted, c.n_items
+        FROM model_comparisons c JOIN pairs p
+          ON (c.model_a = p.quantized AND c.model_b = p.reference) OR (c.model_b = p.quantized AND c.model_a = p.reference);
+        """,
+    ),
 )

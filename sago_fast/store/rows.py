@@ -174,7 +174,12 @@ def scored_columns(scored: ScoredRows) -> TableRows:
 
 # -- what was evaluated ---------------------------------------------------------------------------------
 def model_columns(model: Any) -> Columns:
+    """The ``models`` row of a loaded model: its graph (``graph_key``: the cache entry whose graph it runs,
+    shared by re-weighted siblings and an adapter's base), source, quantisation, training-run position and
+    an adapter's base."""
     manifest = model.exported.manifest
+    checkpoint = model.checkpoint
+    position = checkpoint.position
     return {
         "model_id": [model.model_id],
         "checkpoint": [str(model.checkpoint.display_path)],
@@ -184,8 +189,26 @@ def model_columns(model: Any) -> Columns:
         "vocab_size": [manifest["vocab_size"]],
         "export_key": [manifest["key"]],
         "dtype": [manifest["dtype"]],
-        "source_format": [model.checkpoint.source_format],
-        "quantization": [model.checkpoint.quantization],
+        "source_format": [checkpoint.source_format],
+        "quantization": [checkpoint.quantization],
+        "training_run": [position.training_run],
+        "step": [position.step],
+        "tokens_seen": [position.tokens_seen],
+        "base_model_id": [checkpoint.base.content_hash if checkpoint.base is not None else None],
+        "graph_key": [manifest.get("graph_from") or manifest["key"]],
+    }
+
+
+def checkpoint_name_columns(run_id: str, model_id: str, checkpoints: Sequence[Any]) -> Columns:
+    """``checkpoint_names``: every name (and training-run step) under which the run met ``model_id``'s
+    content; identical checkpoints are evaluated once and recorded under each of their names."""
+    return {
+        "run_id": [run_id] * len(checkpoints),
+        "model_id": [model_id] * len(checkpoints),
+        "checkpoint": [str(c.display_path) for c in checkpoints],
+        "training_run": [c.position.training_run for c in checkpoints],
+        "step": [c.position.step for c in checkpoints],
+        "tokens_seen": [c.position.tokens_seen for c in checkpoints],
     }
 
 

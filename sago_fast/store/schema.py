@@ -10,6 +10,7 @@ ROW_KEYS: dict[str, tuple[str, ...]] = {
     "variants": ("dataset_id", "variant_id"),
     "units": ("run_id", "unit_id"),
     "unit_chunks": ("run_id", "unit_id", "chunk"),
+    "checkpoint_names": ("run_id", "model_id", "checkpoint"),
 }
 
 # What one unit writes besides its shared rows (always new: the unit id is part of the run's key).

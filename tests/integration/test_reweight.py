@@ -142,14 +142,14 @@ def test_bf16_sibling_is_converted_to_the_export_dtype(tmp_path, tokenizer):
 
 
 def test_a_truncated_sibling_is_one_clear_error(tmp_path, tokenizer):
-    from sago_fast.errors import ExportError
+    from sago_fast.errors import CheckpointError
 
     first = build_tiny_checkpoint("qwen2", tmp_path / "step-1", SIZE, seed=1, tokenizer=tokenizer)
     second = build_tiny_checkpoint("qwen2", tmp_path / "step-2", SIZE, seed=2, tokenizer=tokenizer)
     sago_fast.load_model(first, cache_dir=tmp_path / "shared").close()
     file = second / "model.safetensors"
     file.write_bytes(file.read_bytes()[:100])
-    with pytest.raises(ExportError, match=r"step-2/model\.safetensors: not a readable safetensors file"):
+    with pytest.raises(CheckpointError, match=r"step-2/model\.safetensors: not a readable safetensors file"):
         sago_fast.load_model(second, cache_dir=tmp_path / "shared")
     assert not [p for p in (tmp_path / "shared").iterdir() if p.name.startswith(".tmp-")]  # nothing left
 
