@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -55,6 +56,26 @@ def stats_command(
     result = run_stats(db, run_id, config)
     written = ", ".join(f"{table} {n}" for table, n in result.rows.items())
     typer.echo(f"statistics of run {result.run_id}: {written} rows -> {db}")
+    _print_changes(db, result.run_id, alpha)
+
+
+def _print_changes(db: Path, run_id: str, alpha: float) -> None:
+    """The significant changes between consecutive checkpoints of the run's training runs, if any."""
+    from sago_fast.cli.query import render_table
+    from sago_fast.store import Store, queries
+
+    with Store(db, read_only=True) as store:
+        _, compared = store.query(queries.STATS_N_CHANGES, {"run": run_id})
+        if not compared[0][0]:
+            return
+        columns, rows = store.query(queries.STATS_CHANGES, {"run": run_id})
+    if not rows:
+        typer.echo(
+            f"\nover training: no significant change between consecutive checkpoints (BH, alpha {alpha})"
+        )
+        return
+    typer.echo(f"\nover training: significant changes between consecutive checkpoints (BH, alpha {alpha})")
+    typer.echo(render_table(columns, rows))
 
 
 def _sesoi(item: str) -> tuple[str, float]:

@@ -35,6 +35,11 @@ class ReportData:
     correlations: list[tuple[str, str, str, str, float | None, float | None]] = field(default_factory=list)
     unstable: list[dict[str, Any]] = field(default_factory=list)  # most unstable examples, with variants
     significance: Table = field(default_factory=lambda: Table([], []))
+    # training run, dataset, axis, metric, step, estimate, ci_low, ci_high (headline metrics)
+    trajectories: list[tuple[str, str, str, str, int, float, float | None, float | None]] = field(
+        default_factory=list
+    )
+    changes: Table = field(default_factory=lambda: Table([], []))  # significant consecutive changes
 
     @property
     def empty(self) -> bool:
@@ -82,6 +87,9 @@ def load_report_data(store: Store, run_id: str | None, n_unstable: int = 10) -> 
         params,
     )
     data.significance = Table(columns, [(*r[:11], _p(r[11]), _p(r[12]), r[13]) for r in rows])
+    _, data.trajectories = store.query(queries.REPORT_TRAJECTORIES, params)  # type: ignore[assignment]
+    columns, rows = store.query(queries.REPORT_CHANGES, params)
+    data.changes = Table(columns, [(*r[:9], _p(r[9])) for r in rows])
     data.unstable = _unstable_examples(store, run_id, n_unstable)
     return data
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 from collections import defaultdict
-from collections.abc import Sequence
 
 import numpy as np
 
@@ -151,22 +150,35 @@ def correlation_heatmap(data: ReportData) -> str:
     return _svg(fig)
 
 
-def training_plot(data: ReportData, models: Sequence[str]) -> str:
-    """Headline scores along the checkpoints (natural name order), one line per dataset."""
-    by_axis: dict[str, dict[str, dict[str, float]]] = defaultdict(lambda: defaultdict(dict))
+def training_plot(data: ReportData) -> str:
+    """Headline scores over training steps, one panel per axis and one line per (training run, dataset),
+    with the CI band; steps where the score changed significantly from the step before are marked."""
+    lines: dict[str, dict[tuple[str, str], list[tuple[int, float, float, float]]]] = defaultdict(
+        lambda: defaultdict(list)
+    )
     metric_of: dict[str, str] = {}
-    for model, dataset, axis, metric, estimate, *_ in data.headline.rows:
-        by_axis[axis][dataset][model] = estimate
+    for run, dataset, axis, metric, step, estimate, low, high in data.trajectories:
+        lines[axis][(run, dataset)].append(
+            (step, estimate, np.nan if low is None else low, np.nan if high is None else high)
+        )
         metric_of[axis] = metric
-    axes_present = [a for a in AXIS_ORDER if a in by_axis]
-    order = sorted(models, key=natural_key)
+    changed = {(r[0], r[1], r[2], r[5]) for r in data.changes.rows}  # (run, dataset, axis, step_to)
+    axes_present = [a for a in AXIS_ORDER if a in lines]
+    several_runs = len({run for by_line in lines.values() for run, _ in by_line}) > 1
     fig, panels = _figure(len(axes_present), width=3.4)
     for ax, axis in zip(panels, axes_present, strict=False):
-        for dataset, values in sorted(by_axis[axis].items()):
-            ax.plot(range(len(order)), [values.get(m, np.nan) for m in order], marker="o", label=dataset)
-        ax.set_xticks(range(len(order)), order, rotation=30, ha="right", fontsize=8)
-        ax.set_xlabel("checkpoint (training order)")
+        for (run, dataset), points in sorted(lines[axis].items()):
+            steps, estimate, low, high = (
+                np.array(v, dtype=np.float64) for v in zip(*sorted(points), strict=True)
+            )
+            label = f"{run} / {dataset}" if several_runs else dataset
+            (line,) = ax.plot(steps, estimate, marker="o", markersize=3, label=label)
+            ax.fill_between(steps, low, high, color=line.get_color(), alpha=0.2, linewidth=0)
+            marked = [i for i, s in enumerate(steps) if (run, dataset, axis, int(s)) in changed]
+            if marked:
+                ax.scatter(steps[marked], estimate[marked], marker="*", s=90, color="crimson", zorder=3)
+        ax.set_xlabel("training step")
         ax.set_ylabel(axis_label(metric_of[axis]), fontsize=8)
-        ax.set_title(axis, fontsize=9)
+        ax.set_title(f"{axis} (★ significant change)", fontsize=9)
         ax.legend(fontsize=7)
     return _svg(fig)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +54,7 @@ def render_report(data: ReportData) -> str:
     if not data.empty:
         datasets = sorted({r[1] for r in data.headline.rows})
         models = sorted({r[0] for r in data.headline.rows}, key=natural_key)
+        n_steps = max(Counter(r[0] for r in {(r[0], r[4]) for r in data.trajectories}).values(), default=0)
         reversed_models: dict[tuple[str, str], set[str]] = {}
         for axis, metric, model_a, model_b, *_ in data.reversals.rows:
             reversed_models.setdefault((axis, metric), set()).update((model_a, model_b))
@@ -71,10 +73,14 @@ def render_report(data: ReportData) -> str:
             agreement=data.agreement,
             correlations=plots.correlation_heatmap(data) if data.correlations else "<p>Too few examples.</p>",
             training=(
-                _needs(f"a curve over training needs at least 2 checkpoints (this run has {len(models)})")
-                if len(models) < 2
-                else plots.training_plot(data, models)
+                _needs(
+                    "a curve over training needs at least 2 checkpoints of a training run (checkpoints with "
+                    f"a step; this run has {n_steps})"
+                )
+                if n_steps < 2
+                else plots.training_plot(data)
             ),
+            changes=data.changes,
             unstable=data.unstable,
             significance=data.significance,
         )

@@ -17,6 +17,8 @@ rank_reversals     model pairs ordered significantly one way on one dataset and 
                    significance and direction both from the mean difference that was tested
 axis_correlations  per model and dataset, Spearman between the four headline axes across examples,
                    partial Spearman controlling for canonical P(gold) and correctness, permutation p-values
+checkpoint_changes per training run, dataset and headline metric: each checkpoint against the previous
+                   step's (the model_comparisons test, later minus earlier), BH over these comparisons
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
+from sago_fast.stats.changes import checkpoint_changes, training_runs
 from sago_fast.stats.config import sesoi_for
 from sago_fast.stats.data import ACCURACY, AXES, Key, RunData
 from sago_fast.stats.methods import (
@@ -63,6 +66,7 @@ class StatsTables:
     ranking_agreement: Columns = field(default_factory=lambda: defaultdict(list))
     rank_reversals: Columns = field(default_factory=lambda: defaultdict(list))
     axis_correlations: Columns = field(default_factory=lambda: defaultdict(list))
+    checkpoint_changes: Columns = field(default_factory=lambda: defaultdict(list))
 
     TABLES = (
         "model_scores",
@@ -71,6 +75,7 @@ class StatsTables:
         "ranking_agreement",
         "rank_reversals",
         "axis_correlations",
+        "checkpoint_changes",
     )
 
 
@@ -94,6 +99,15 @@ def compute_stats(data: RunData, config: StatsConfig = StatsConfig()) -> StatsTa
     _rankings(data, config, tables)
     _reversals(data, config, tables)
     _correlations(data, config, tables.axis_correlations)
+    tables.checkpoint_changes.update(
+        checkpoint_changes(
+            data.run_id,
+            training_runs(data.positions),
+            {dataset: _headline_metrics(data, dataset) for dataset in data.datasets},
+            tables.model_comparisons,
+            config.alpha,
+        )
+    )
     return tables
 
 

@@ -42,6 +42,7 @@ class RunData:
     n_variants: dict[tuple[str, str, str | None], int] = field(default_factory=dict)
     model_names: dict[str, str] = field(default_factory=dict)
     dataset_names: dict[str, str] = field(default_factory=dict)
+    positions: list[tuple[str, str, int]] = field(default_factory=list)  # (model, training run, step)
 
     @property
     def models(self) -> list[str]:
@@ -104,6 +105,7 @@ def load_run(store: Store, run_id: str) -> RunData:
         data.replicate.setdefault((model, dataset, "dispersion_raw"), {})[example] = float(value)
     _variant_counts(store, data)
     data.model_names = dict(store.query(queries.STATS_MODEL_NAMES)[1])
+    data.positions = [tuple(r) for r in store.query(queries.STATS_CHECKPOINT_POSITIONS, {"run": run_id})[1]]  # type: ignore[misc]
     data.dataset_names = dict(store.query(queries.STATS_DATASET_NAMES)[1])
     return data
 

@@ -84,6 +84,26 @@ JOIN names n USING (model_id) JOIN ds USING (dataset_id)
 WHERE s.run_id = $run AND s.family IS NOT DISTINCT FROM p.family
 ORDER BY ds.dataset, s.axis, n.model
 """
+REPORT_TRAJECTORIES = """
+WITH ds AS (SELECT dataset_id, any_value(name) AS dataset FROM datasets GROUP BY 1),
+picked AS (
+    SELECT DISTINCT dataset_id, axis, metric, family FROM rankings
+    WHERE run_id = $run AND source = (SELECT any_value(name) FROM datasets d WHERE d.dataset_id = rankings.dataset_id)
+      AND axis <> 'worst_axis'
+)
+SELECT regexp_extract(t.training_run, '[^/]+$') AS training_run, ds.dataset, t.axis, t.metric, t.step,
+       t.estimate, t.ci_low, t.ci_high
+FROM training_trajectories t JOIN picked p USING (dataset_id, axis, metric) JOIN ds USING (dataset_id)
+WHERE t.run_id = $run AND t.family IS NOT DISTINCT FROM p.family
+ORDER BY 1, 2, 3, 5
+"""
+REPORT_CHANGES = """
+SELECT regexp_extract(c.training_run, '[^/]+$') AS training_run, d.name AS dataset, c.axis, c.metric,
+       c.step_from, c.step_to, c.change, c.ci_low, c.ci_high, c.p_adjusted
+FROM checkpoint_changes c JOIN (SELECT dataset_id, any_value(name) AS name FROM datasets GROUP BY 1) d USING (dataset_id)
+WHERE c.run_id = $run AND c.significant
+ORDER BY 1, 2, 3, 5
+"""
 REPORT_LAYERS = """
         SELECT any_value(m.model), any_value(d.name), l.layer, avg(l.value)
         FROM layer_scores l JOIN model_names m USING (model_id) JOIN datasets d USING (dataset_id)
@@ -155,6 +175,20 @@ STATS_LATEST_DONE_RUN = (
 STATS_RUN_EXISTS = "SELECT count(*) FROM runs WHERE run_id = $run"
 STATS_ITEM_SCORES = "SELECT model_id, dataset_id, axis, metric, family, example_id, value FROM item_scores WHERE run_id = $run"
 STATS_MODEL_NAMES = "SELECT model_id, model FROM model_names"
+STATS_CHECKPOINT_POSITIONS = """
+        SELECT model_id, training_run, step FROM checkpoint_names
+        WHERE run_id = $run AND training_run IS NOT NULL AND step IS NOT NULL
+        ORDER BY training_run, step, checkpoint
+        """
+STATS_N_CHANGES = "SELECT count(*) FROM checkpoint_changes WHERE run_id = $run"
+STATS_CHANGES = """
+        SELECT regexp_extract(c.training_run, '[^/]+$') AS training_run, d.name AS dataset, c.axis, c.metric,
+               c.step_from, c.step_to, c.mean_from, c.mean_to, c.change, c.ci_low, c.ci_high, c.p_adjusted
+        FROM checkpoint_changes c JOIN (SELECT dataset_id, any_value(name) AS name FROM datasets GROUP BY 1) d
+          USING (dataset_id)
+        WHERE c.run_id = $run AND c.significant
+        ORDER BY 1, 2, 3, 4, 5
+        """
 STATS_DATASET_NAMES = "SELECT dataset_id, any_value(name) FROM datasets GROUP BY 1"
 STATS_REPLICATE_DISTANCE = """
         SELECT model_id, dataset_id, example_id, avg(value) FROM layer_scores
