@@ -107,6 +107,14 @@ def read_adapter_config(folder: Path) -> LoraConfig:
 def adapter_modules(folder: Path, header: dict[str, Any]) -> dict[str, tuple[str, str]]:
     """Adapted module -> (key of A, key of B) from the weights file's tensor names; CheckpointError for a
     tensor that is not a LoRA factor of a linear layer (embedding adapters, DoRA, saved modules)."""
+    file = folder / ADAPTER_WEIGHTS
+    for marker, what in (
+        ("lora_embedding", "an embedding adapter"),
+        ("magnitude", "a DoRA magnitude vector"),
+    ):
+        found = next((key for key in header if marker in key), None)
+        if found is not None:
+            raise CheckpointError(f"{file}: tensor {found!r} is {what}; not supported")
     factors: dict[str, dict[str, str]] = {}
     for key in header:
         name = key.removeprefix(SAVED_PREFIX)
@@ -115,19 +123,14 @@ def adapter_modules(folder: Path, header: dict[str, Any]) -> dict[str, tuple[str
                 factors.setdefault(name.removesuffix(suffix), {})[which] = key
                 break
         else:
-            what = (
-                "an embedding adapter"
-                if "lora_embedding" in name
-                else "a DoRA magnitude"
-                if "magnitude" in name
-                else "not a LoRA factor of a linear layer"
+            raise CheckpointError(
+                f"{file}: tensor {key!r} is not a LoRA factor of a linear layer (a saved module?); not supported"
             )
-            raise CheckpointError(f"{folder / ADAPTER_WEIGHTS}: tensor {key!r} is {what}; not supported")
     for module, pair in factors.items():
         if set(pair) != {"A", "B"}:
-            raise CheckpointError(f"{folder / ADAPTER_WEIGHTS}: module {module!r} has lora_A or lora_B only")
+            raise CheckpointError(f"{file}: module {module!r} has lora_A or lora_B only")
     if not factors:
-        raise CheckpointError(f"{folder / ADAPTER_WEIGHTS}: no LoRA factors in this file")
+        raise CheckpointError(f"{file}: no LoRA factors in this file")
     return {module: (pair["A"], pair["B"]) for module, pair in sorted(factors.items())}
 
 
