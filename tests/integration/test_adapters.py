@@ -118,6 +118,7 @@ def test_run_over_a_trainer_run_folder_of_adapters(bases, tmp_path):
     both names, a truncated member skipped with one line, one export, changes between consecutive steps."""
     from sago_fast.run import RunConfig, run
     from sago_fast.run.pipeline import UnitsFailedError
+    from sago_fast.report import write_report
     from sago_fast.store import Store
 
     run_dir = tmp_path / "run"
@@ -164,3 +165,5 @@ def test_run_over_a_trainer_run_folder_of_adapters(bases, tmp_path):
     first = by_steps[(10, 20)]
     expected = difference if (first[6], first[5]) == (a, b) else -difference
     assert first[3] == pytest.approx(expected)
+    html = write_report(db, tmp_path / "report.html").read_text(encoding="utf-8")
+    assert "Not drawn: a curve over training" not in html and "training step" in html
