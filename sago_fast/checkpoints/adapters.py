@@ -83,6 +83,7 @@ def read_adapter_config(folder: Path) -> LoraConfig:
         "trainable_token_indices": "trainable token embeddings are not supported",
         "target_parameters": "LoRA on raw parameters (target_parameters) is not supported",
         "lora_bias": "LoRA bias terms (lora_bias) are not supported",
+        "alora_invocation_tokens": "activated LoRA (aLoRA) is not supported",
     }
     for field, why in refused.items():
         if config.get(field):

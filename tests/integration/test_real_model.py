@@ -243,3 +243,130 @@ def test_run_records_the_gguf_source_and_every_answer_mode(smol, smol_cache, mc_
     assert models == [(str(GGUF), "gguf", "Q4_1")]
     assert modes == [("cloze", 12), ("cloze_norm", 12), ("letter", 12)]
     assert used == [("letter",)] and agree[0][0] == n_outputs[0][0]
+
+
+# --- LoRA adapters of the real model ------------------------------------------------------------------
+
+
+def _merged_log_likelihoods(folder, adapter, tok, texts):
+    from tests.adapters import merged_reference
+
+    merged = merged_reference(folder, adapter)
+    out = []
+    for text in texts:
+        enc = tok(text, return_tensors="pt")
+        with torch.no_grad():
+            logp = torch.log_softmax(merged(**enc).logits[0].double(), -1)
+        ids = enc["input_ids"][0]
+        out.append((logp[-1].numpy(), logp[torch.arange(len(ids) - 1), ids[1:]].numpy()))
+    return out
+
+
+def _sago_log_likelihoods(model, tok, texts):
+    ids = [tok(t)["input_ids"] for t in texts]
+    targets = model.target_logprobs(ids, [len(i) - 1 for i in ids])
+    return list(zip(model.probe(texts).next_logprobs, targets, strict=True))
+
+
+def test_a_lora_adapter_equals_peft_merged(smol, smol_cache, tmp_path):
+    """A LoRA adapter (random factors on every attention and MLP projection) over the real model: its
+    log-likelihoods equal HF + peft (merged) within 1e-4, and it adds no export."""
+    pytest.importorskip("peft")
+    from transformers import AutoTokenizer
+
+    from tests.adapters import make_adapter
+
+    checkpoint, _ = smol
+    targets = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    adapter = make_adapter(checkpoint.path, tmp_path / "adapter", seed=7, target_modules=targets, lora_alpha=4)
+    exports = smol_cache / "exports"
+    before = sorted(p.name for p in exports.iterdir())
+    adapted = resolve_checkpoint(adapter, base=checkpoint)
+    tok = AutoTokenizer.from_pretrained(checkpoint.path)
+    texts = [q for q, _, _ in QUESTIONS[:3]]
+    with sago_fast.load_model(adapted, cache_dir=exports) as model:
+        ours = _sago_log_likelihoods(model, tok, texts)
+    assert sorted(p.name for p in exports.iterdir()) == before
+    for (next_ours, cont_ours), (next_ref, cont_ref) in zip(
+        ours, _merged_log_likelihoods(checkpoint.path, adapter, tok, texts), strict=True
+    ):
+        np.testing.assert_allclose(next_ours, next_ref, atol=TOL, rtol=0)
+        np.testing.assert_allclose(cont_ours, cont_ref, atol=TOL, rtol=0)
+
+
+@pytest.mark.slow
+def test_sago_run_over_a_real_lora_training_run(smol, smol_cache, tmp_path, monkeypatch):
+    """LoRA adapters of SmolLM2 fine-tuned for a few steps on the built-in suites, saved as a Trainer-style
+    run folder; ``sago run --model RUN_DIR`` evaluates every checkpoint over one export, steps recorded,
+    and the last adapter's log-likelihoods equal HF + peft (merged)."""
+    pytest.importorskip("peft")
+    from transformers import AutoTokenizer
+
+    from sago_fast.run import RunConfig, run
+    from sago_fast.store import Store
+    from sago_fast.zoo.lora import LoraRunConfig, train_lora_run
+
+    monkeypatch.setenv("SAGO_CACHE_DIR", str(smol_cache))  # the module's conversion and export are reused
+    members = train_lora_run(GGUF, tmp_path / "run", LoraRunConfig(save_steps=(2, 4)))
+    assert [p.name for p in members] == ["checkpoint-2", "checkpoint-4"]
+    exports = smol_cache / "exports"
+    before = sorted(p.name for p in exports.iterdir())
+    config = RunConfig(
+        models=(str(tmp_path / "run"),),
+        datasets=("capitals",),
+        db=tmp_path / "r.duckdb",
+        limit=4,
+        variants_per_family=1,
+        families=("typo", "option_permutation"),
+        cache_dir=exports,
+    )
+    run(config, progress=False)
+    assert sorted(p.name for p in exports.iterdir()) == before  # no export: the base's is reused
+    with Store(tmp_path / "r.duckdb", read_only=True) as store:
+        _, models = store.query("SELECT step, source_format, quantization FROM models ORDER BY step")
+        _, changes = store.query("SELECT DISTINCT step_from, step_to FROM checkpoint_changes")
+    assert models == [(2, "lora", "Q4_1"), (4, "lora", "Q4_1")]
+    assert changes == [(2, 4)]
+    checkpoint, _ = smol
+    tok = AutoTokenizer.from_pretrained(checkpoint.path)
+    texts = [q for q, _, _ in QUESTIONS[:2]]
+    with sago_fast.load_model(members[-1], cache_dir=exports) as model:
+        ours = _sago_log_likelihoods(model, tok, texts)
+    for (next_ours, cont_ours), (next_ref, cont_ref) in zip(
+        ours, _merged_log_likelihoods(checkpoint.path, members[-1], tok, texts), strict=True
+    ):
+        np.testing.assert_allclose(next_ours, next_ref, atol=TOL, rtol=0)
+        np.testing.assert_allclose(cont_ours, cont_ref, atol=TOL, rtol=0)
+
+
+@pytest.mark.slow
+def test_two_quantisations_are_siblings_of_one_graph(smol, smol_cache, tmp_path, monkeypatch):
+    """Q4_1 (the shipped file) and a Q8_0 made from it: one export, the Q8_0 re-weighted onto its graph,
+    both quantisations recorded, and their comparison in ``quantization_comparisons``."""
+    from sago_fast.run import RunConfig, run
+    from sago_fast.store import Store
+    from tests.quantize import requantize
+
+    monkeypatch.setenv("SAGO_CACHE_DIR", str(smol_cache))
+    q8 = requantize(GGUF, tmp_path / "smol.Q8_0.gguf", "Q8_0")
+    exports = smol_cache / "exports"
+    config = RunConfig(
+        models=(str(GGUF), str(q8)),
+        datasets=("capitals",),
+        db=tmp_path / "r.duckdb",
+        limit=4,
+        variants_per_family=1,
+        families=("typo", "option_permutation"),
+        cache_dir=exports,
+    )
+    run(config, progress=False)
+    with Store(tmp_path / "r.duckdb", read_only=True) as store:
+        _, models = store.query("SELECT quantization, graph_key, export_key FROM models ORDER BY 1")
+        _, compared = store.query(
+            "SELECT DISTINCT quantization, reference_type FROM quantization_comparisons WHERE axis = 'accuracy'"
+        )
+    (q4, graph, q4_entry), (q8_type, q8_graph, q8_entry) = models
+    assert (q4, q8_type) == ("Q4_1", "Q8_0") and graph == q8_graph == q4_entry != q8_entry
+    manifest = json.loads((exports / q8_entry / "manifest.json").read_text())
+    assert manifest["graph_from"] == q4_entry  # re-weighted, not exported
+    assert compared == [("Q4_1", "Q8_0")]
