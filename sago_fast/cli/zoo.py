@@ -23,6 +23,14 @@ def zoo_command(
             "the shipped ones only on a machine like the one that trained them).",
         ),
     ] = False,
+    lora: Annotated[
+        str | None,
+        typer.Option(
+            "--lora",
+            help="Instead: fine-tune LoRA adapters of this base (checkpoint folder or .gguf) on the built-in "
+            "suites and save them in --out as a Trainer-style run folder (checkpoint-N/; needs peft).",
+        ),
+    ] = None,
 ) -> None:
     from sago_fast.atomic import check_writable
     from sago_fast.cli.query import render_table
@@ -33,6 +41,12 @@ def zoo_command(
     if eval_examples < 1:
         raise InputError(f"--eval-examples must be at least 1, not {eval_examples}")
     check_writable(out, what="--out", directory=True)
+    if lora is not None:
+        from sago_fast.zoo.lora import train_lora_run
+
+        members = train_lora_run(lora, out)
+        typer.echo(f"LoRA run of {lora}: {', '.join(str(p) for p in members)}")
+        return
     config = ZooConfig()
     result = build_zoo(out, config, train=train)
     typer.echo(f"zoo ({result.source}): {', '.join(str(p) for p in result.checkpoints)}")

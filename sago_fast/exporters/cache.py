@@ -148,6 +148,11 @@ class ExportCache:
     ) -> ExportedModel:
         """The entry of ``checkpoint``; exported when absent, or sharing the graph of an exported sibling
         (same graph signature) when ``reweight`` and the sibling's graph allows it."""
+        if checkpoint.is_adapter:
+            raise ExportError(
+                f"{checkpoint.path}: a LoRA adapter is not exported; it runs over its base's export "
+                f"({checkpoint.base.display_path if checkpoint.base else 'its base'})"
+            )
         key = export_key(checkpoint, settings)
         final = self.entry_path(key)
         found = _finished(final)
