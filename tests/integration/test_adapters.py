@@ -116,9 +116,9 @@ def test_the_base_comes_from_the_flag_when_the_config_names_none_here(bases, tmp
 def test_run_over_a_trainer_run_folder_of_adapters(bases, tmp_path):
     """checkpoint-N folders: steps and tokens recorded, identical members evaluated once and recorded under
     both names, a truncated member skipped with one line, one export, changes between consecutive steps."""
+    from sago_fast.report import write_report
     from sago_fast.run import RunConfig, run
     from sago_fast.run.pipeline import UnitsFailedError
-    from sago_fast.report import write_report
     from sago_fast.store import Store
 
     run_dir = tmp_path / "run"

@@ -278,7 +278,9 @@ def test_a_lora_adapter_equals_peft_merged(smol, smol_cache, tmp_path):
 
     checkpoint, _ = smol
     targets = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
-    adapter = make_adapter(checkpoint.path, tmp_path / "adapter", seed=7, target_modules=targets, lora_alpha=4)
+    adapter = make_adapter(
+        checkpoint.path, tmp_path / "adapter", seed=7, target_modules=targets, lora_alpha=4
+    )
     exports = smol_cache / "exports"
     before = sorted(p.name for p in exports.iterdir())
     adapted = resolve_checkpoint(adapter, base=checkpoint)

@@ -62,7 +62,9 @@ def test_a_run_folder_expands_in_step_order_with_the_trainer_state(tmp_path, che
     assert run_members(members[0]) is None  # a checkpoint is not a run
     assert run_members(tmp_path / "absent") is None
     entries = model_entries([str(root)])
-    assert [Path(e.text).name for e in entries] == [p.name for p in members] and all(e.in_run for e in entries)
+    assert [Path(e.text).name for e in entries] == [p.name for p in members] and all(
+        e.in_run for e in entries
+    )
 
 
 def test_identical_members_are_one_unit_and_a_broken_member_is_skipped(tmp_path, checkpoints, caplog):
@@ -99,13 +101,29 @@ def _comparisons(rows):
 def test_checkpoint_changes_by_hand():
     """Later minus earlier whichever way the pair was compared; identical weights: 0, untested; BH over
     the consecutive comparisons only (not over every pair of model_comparisons)."""
-    runs = training_runs([("A", "run", 100), ("B", "run", 200), ("B", "run", 300), ("C", "run", 400), ("X", "other", 5)])
+    runs = training_runs(
+        [("A", "run", 100), ("B", "run", 200), ("B", "run", 300), ("C", "run", 400), ("X", "other", 5)]
+    )
     assert runs == {"run": [(100, "A"), (200, "B"), (300, "B"), (400, "C")]}  # one checkpoint: no run
     comparisons = _comparisons(
         [
             ("d", "accuracy", "accuracy", "A", "B", "mcnemar", 0.5, 0.75, -0.25, -0.5, 0.0, 0.004, 20),
             ("d", "accuracy", "accuracy", "C", "B", "mcnemar", 0.6, 0.75, -0.15, -0.3, 0.05, 0.03, 20),
-            ("d", "accuracy", "accuracy", "A", "C", "mcnemar", 0.5, 0.6, -0.1, -0.2, 0.1, 0.2, 20),  # not consecutive
+            (
+                "d",
+                "accuracy",
+                "accuracy",
+                "A",
+                "C",
+                "mcnemar",
+                0.5,
+                0.6,
+                -0.1,
+                -0.2,
+                0.1,
+                0.2,
+                20,
+            ),  # not consecutive
         ]
     )
     out = checkpoint_changes("r", runs, {"d": [("accuracy", "accuracy", None)]}, comparisons, alpha=0.05)
@@ -132,7 +150,12 @@ def test_quantization_comparisons_pair_each_quantisation_with_its_graphs_best(tm
     with Store(tmp_path / "q.duckdb") as store:
         store.insert(
             "models",
-            {k: [m[i] for m in models] for i, k in enumerate(("model_id", "checkpoint", "graph_key", "quantization", "base_model_id"))},
+            {
+                k: [m[i] for m in models]
+                for i, k in enumerate(
+                    ("model_id", "checkpoint", "graph_key", "quantization", "base_model_id")
+                )
+            },
         )
         rows = [  # model_a, model_b, mean_a, mean_b, difference, ci_low, ci_high
             ("fp", "q4", 0.8, 0.7, 0.1, 0.02, 0.2),
