@@ -91,7 +91,8 @@ def read_adapter_config(folder: Path) -> LoraConfig:
     if config.get("bias", "none") != "none":
         raise CheckpointError(f"{file}: field 'bias' is {config['bias']!r}: trained biases are not supported")
     try:
-        rank, alpha = int(config["r"]), float(config.get("lora_alpha", config["r"]))
+        rank = int(config["r"])
+        alpha = float(config.get("lora_alpha") or rank)
     except (KeyError, TypeError, ValueError):
         raise CheckpointError(f"{file}: field 'r' (the LoRA rank) is missing or not a number") from None
     return LoraConfig(

@@ -168,9 +168,8 @@ def training_plot(data: ReportData) -> str:
     fig, panels = _figure(len(axes_present), width=3.4)
     for ax, axis in zip(panels, axes_present, strict=False):
         for (run, dataset), points in sorted(lines[axis].items()):
-            steps, estimate, low, high = (
-                np.array(v, dtype=np.float64) for v in zip(*sorted(points), strict=True)
-            )
+            columns = np.array(sorted(points), dtype=np.float64)  # (n_steps, 4)
+            steps, estimate, low, high = columns.T
             label = f"{run} / {dataset}" if several_runs else dataset
             (line,) = ax.plot(steps, estimate, marker="o", markersize=3, label=label)
             ax.fill_between(steps, low, high, color=line.get_color(), alpha=0.2, linewidth=0)

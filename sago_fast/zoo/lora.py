@@ -15,11 +15,12 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from sago_fast.errors import InputError
-from sago_fast.zoo.train import _encode, render_training_text
+from sago_fast.zoo.train import _encode, collate, render_training_text, suite_examples
 
 log = logging.getLogger(__name__)
 
@@ -56,25 +57,25 @@ def train_lora_run(
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from sago_fast.checkpoints.resolve import resolve_checkpoint
-    from sago_fast.datasets.builtin import SUITES
 
     if not config.save_steps or min(config.save_steps) < 1:
         raise InputError("save_steps must hold positive step numbers")
     folder = resolve_checkpoint(base).path
     tokenizer = AutoTokenizer.from_pretrained(folder)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    examples = [
-        e for s in config.suites for e in SUITES.get(s).build(config.examples_per_suite, seed=config.seed)
-    ]
+    examples = suite_examples(config.suites, config.examples_per_suite, config.seed)
     encoded = _encode(
         tokenizer, [render_training_text(e, t) for e in examples for t in config.train_templates]
     )
     torch.manual_seed(config.seed)
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    base_model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
     lora = peft.LoraConfig(
-        r=config.rank, lora_alpha=config.alpha, target_modules=list(config.targets), lora_dropout=0.0
+        r=config.rank,
+        lora_alpha=config.alpha,  # type: ignore[arg-type]  # PEFT reads a float (alpha / r) though typed int
+        target_modules=list(config.targets),
+        lora_dropout=0.0,
     )
-    model = peft.get_peft_model(model, lora)
+    model: Any = peft.get_peft_model(base_model, lora)
     model.peft_config["default"].base_model_name_or_path = str(base)
     model.train()
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=config.learning_rate)
@@ -87,14 +88,7 @@ def train_lora_run(
     try:
         for step in range(1, max(config.save_steps) + 1):
             batch = [encoded[i] for i in rng.integers(0, len(encoded), size=config.batch_size)]
-            width = max(len(ids) for ids, _ in batch)
-            input_ids = torch.full((len(batch), width), pad, dtype=torch.long)
-            labels = torch.full((len(batch), width), -100, dtype=torch.long)
-            mask = torch.zeros((len(batch), width), dtype=torch.long)
-            for row, (ids, start) in enumerate(batch):
-                input_ids[row, : len(ids)] = torch.tensor(ids)
-                labels[row, start : len(ids)] = torch.tensor(ids[start:])
-                mask[row, : len(ids)] = 1
+            input_ids, labels, mask = collate(batch, pad)
             loss = model(input_ids=input_ids, attention_mask=mask, labels=labels).loss
             loss.backward()
             optimizer.step()

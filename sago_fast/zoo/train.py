@@ -65,9 +65,28 @@ class ZooResult:
 
 
 def training_examples(config: ZooConfig) -> list[Example]:
-    return [
-        e for s in config.suites for e in SUITES.get(s).build(config.examples_per_suite, seed=config.seed)
-    ]
+    return suite_examples(config.suites, config.examples_per_suite, config.seed)
+
+
+def suite_examples(suites: tuple[str, ...], per_suite: int, seed: int) -> list[Example]:
+    """``per_suite`` seeded examples of each built-in suite, suite after suite."""
+    return [e for s in suites for e in SUITES.get(s).build(per_suite, seed=seed)]
+
+
+def collate(batch: list[tuple[list[int], int]], pad_id: int) -> tuple[Any, Any, Any]:
+    """(input_ids, labels, attention_mask) long tensors of a batch of (token ids, answer start): right
+    padding with ``pad_id``; labels -100 except on the answer tokens (the loss covers the answer only)."""
+    import torch
+
+    width = max(len(ids) for ids, _ in batch)
+    input_ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
+    labels = torch.full((len(batch), width), -100, dtype=torch.long)
+    mask = torch.zeros((len(batch), width), dtype=torch.long)
+    for row, (ids, start) in enumerate(batch):
+        input_ids[row, : len(ids)] = torch.tensor(ids)
+        labels[row, start : len(ids)] = torch.tensor(ids[start:])
+        mask[row, : len(ids)] = 1
+    return input_ids, labels, mask
 
 
 def render_training_text(example: Example, template: int) -> tuple[str, str]:
@@ -177,14 +196,7 @@ def _train_here(config: ZooConfig, workdir: Path) -> list[Path]:
     # batches come from the seeded numpy stream; torch randomness is only used by the seeded init
     for step in tqdm(range(1, total + 1), desc="training zoo", unit="step", leave=False, disable=None):
         batch = [encoded[i] for i in rng.integers(0, len(encoded), size=config.batch_size)]
-        width = max(len(ids) for ids, _ in batch)
-        input_ids = torch.full((len(batch), width), tokenizer.pad_token_id, dtype=torch.long)
-        labels = torch.full((len(batch), width), -100, dtype=torch.long)
-        mask = torch.zeros((len(batch), width), dtype=torch.long)
-        for row, (ids, start) in enumerate(batch):
-            input_ids[row, : len(ids)] = torch.tensor(ids)
-            labels[row, start : len(ids)] = torch.tensor(ids[start:])
-            mask[row, : len(ids)] = 1
+        input_ids, labels, mask = collate(batch, tokenizer.pad_token_id)
         loss = model(input_ids=input_ids, attention_mask=mask, labels=labels).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

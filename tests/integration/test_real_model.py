@@ -296,6 +296,22 @@ def test_a_lora_adapter_equals_peft_merged(smol, smol_cache, tmp_path):
         np.testing.assert_allclose(cont_ours, cont_ref, atol=TOL, rtol=0)
 
 
+def _small_run(models, db, exports):
+    """capitals, 4 items, typo and option permutation, k = 1, statistics included."""
+    from sago_fast.run import RunConfig, run
+
+    config = RunConfig(
+        models=tuple(str(m) for m in models),
+        datasets=("capitals",),
+        db=db,
+        limit=4,
+        variants_per_family=1,
+        families=("typo", "option_permutation"),
+        cache_dir=exports,
+    )
+    return run(config, progress=False)
+
+
 @pytest.mark.slow
 def test_sago_run_over_a_real_lora_training_run(smol, smol_cache, tmp_path, monkeypatch):
     """LoRA adapters of SmolLM2 fine-tuned for a few steps on the built-in suites, saved as a Trainer-style
@@ -304,7 +320,6 @@ def test_sago_run_over_a_real_lora_training_run(smol, smol_cache, tmp_path, monk
     pytest.importorskip("peft")
     from transformers import AutoTokenizer
 
-    from sago_fast.run import RunConfig, run
     from sago_fast.store import Store
     from sago_fast.zoo.lora import LoraRunConfig, train_lora_run
 
@@ -313,16 +328,7 @@ def test_sago_run_over_a_real_lora_training_run(smol, smol_cache, tmp_path, monk
     assert [p.name for p in members] == ["checkpoint-2", "checkpoint-4"]
     exports = smol_cache / "exports"
     before = sorted(p.name for p in exports.iterdir())
-    config = RunConfig(
-        models=(str(tmp_path / "run"),),
-        datasets=("capitals",),
-        db=tmp_path / "r.duckdb",
-        limit=4,
-        variants_per_family=1,
-        families=("typo", "option_permutation"),
-        cache_dir=exports,
-    )
-    run(config, progress=False)
+    _small_run((tmp_path / "run",), tmp_path / "r.duckdb", exports)
     assert sorted(p.name for p in exports.iterdir()) == before  # no export: the base's is reused
     with Store(tmp_path / "r.duckdb", read_only=True) as store:
         _, models = store.query("SELECT step, source_format, quantization FROM models ORDER BY step")
@@ -345,23 +351,13 @@ def test_sago_run_over_a_real_lora_training_run(smol, smol_cache, tmp_path, monk
 def test_two_quantisations_are_siblings_of_one_graph(smol, smol_cache, tmp_path, monkeypatch):
     """Q4_1 (the shipped file) and a Q8_0 made from it: one export, the Q8_0 re-weighted onto its graph,
     both quantisations recorded, and their comparison in ``quantization_comparisons``."""
-    from sago_fast.run import RunConfig, run
     from sago_fast.store import Store
     from tests.quantize import requantize
 
     monkeypatch.setenv("SAGO_CACHE_DIR", str(smol_cache))
     q8 = requantize(GGUF, tmp_path / "smol.Q8_0.gguf", "Q8_0")
     exports = smol_cache / "exports"
-    config = RunConfig(
-        models=(str(GGUF), str(q8)),
-        datasets=("capitals",),
-        db=tmp_path / "r.duckdb",
-        limit=4,
-        variants_per_family=1,
-        families=("typo", "option_permutation"),
-        cache_dir=exports,
-    )
-    run(config, progress=False)
+    _small_run((GGUF, q8), tmp_path / "r.duckdb", exports)
     with Store(tmp_path / "r.duckdb", read_only=True) as store:
         _, models = store.query("SELECT quantization, graph_key, export_key FROM models ORDER BY 1")
         _, compared = store.query(
