@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from types import ModuleType
+
 import numpy as np
 
 from sago_fast.errors import InputError
-from sago_fast.kernels import drivers
 from sago_fast.kernels.gram import cosine_matrix, kl_matrix
 from sago_fast.kernels.metrics import METRICS, Metric, validate
+from sago_fast.kernels.specialise import drivers_for
 
 # From this many variants per example on, cosine uses the BLAS Gram form (below: a register-tiled Numba
 # Gram) and KL the two-matmul form
@@ -49,7 +51,13 @@ def pairwise(X: np.ndarray, metric: str = "cosine", *, check: bool = True) -> np
     if m.tiled is not None:
         return m.tiled(rows)
     serial = n * (n - 1) // 2 * X.shape[1] <= SERIAL_MAX_WORK
-    return (drivers.pairs_one_serial if serial else drivers.pairs_one)(rows, m.aux, m.kernel)
+    drivers = _drivers(m)
+    return (drivers.pairs_one_serial if serial else drivers.pairs_one)(rows)
+
+
+def _drivers(m: Metric) -> ModuleType:
+    """The drivers specialised for ``m`` (cached on disk by Numba: see :mod:`.specialise`)."""
+    return drivers_for(m.name, m.kernel, m.aux, m.tiled)
 
 
 def _checked_input(X: np.ndarray, metric: str, check: bool, axes: str) -> tuple[np.ndarray, Metric]:
@@ -84,9 +92,8 @@ def pairwise_batched(X: np.ndarray, metric: str = "cosine", *, check: bool = Tru
     if blas is not None:
         return blas
     rows = m.prepare(X)
-    if m.tiled is not None:
-        return drivers.batched_tiled(rows, m.tiled)
-    return drivers.pairs_batched(rows, m.aux, m.kernel)
+    drivers = _drivers(m)
+    return drivers.batched_tiled(rows) if m.tiled is not None else drivers.pairs_batched(rows)
 
 
 def pairwise_layers(H: np.ndarray, metric: str = "cosine", *, check: bool = True) -> np.ndarray:
@@ -111,7 +118,7 @@ def distances_to_reference(
     ref = np.broadcast_to(np.asarray(reference, dtype=np.int64), (n_examples,)).copy()
     if ((ref < 0) | (ref >= n)).any():
         raise InputError(f"reference index out of range for {n} variants")
-    return drivers.to_reference(m.prepare(X), ref, m.aux, m.kernel)
+    return _drivers(m).to_reference(m.prepare(X), ref)
 
 
 def topk_overlap(P: np.ndarray, k: int = 10) -> np.ndarray:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
+from numba import njit, prange
 
 from sago_fast.kernels.logf import FLOAT32_TINY, logf
 from sago_fast.kernels.vector import SAFE_FASTMATH
@@ -140,3 +140,17 @@ def kl_packed(u, v, aux_u, aux_v):  # type: ignore[no-untyped-def]
     for i in range(full, d):
         s += u[i] * (u[d + i] - v[d + i])
     return max(total + s, 0.0)
+
+
+@njit(parallel=True, cache=True)
+def log_rows32(X, out):  # type: ignore[no-untyped-def]
+    """``log_row`` of every float32 row of X (m, d) into out (m, d)."""
+    for r in prange(X.shape[0]):
+        log_row(X[r], out[r])
+
+
+@njit(parallel=True, cache=True)
+def log_rows64(X, out):  # type: ignore[no-untyped-def]
+    """``log_row64`` of every float64 row of X (m, d) into out (m, d)."""
+    for r in prange(X.shape[0]):
+        log_row64(X[r], out[r])

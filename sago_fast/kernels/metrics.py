@@ -10,7 +10,7 @@ import numpy as np
 
 from sago_fast.errors import InputError
 from sago_fast.kernels import distribution, tiled, vector
-from sago_fast.kernels.drivers import rows_apply, zero_aux
+from sago_fast.kernels.vector import zero_aux
 from sago_fast.registry import Registry
 
 DISTRIBUTION_SUM_TOL = 1e-3  # rows of a distribution must sum to 1 within this (float32 softmax rounding)
@@ -53,8 +53,8 @@ def _packed_log_rows(rows: np.ndarray) -> np.ndarray:
     flat = rows.reshape(-1, d)
     packed = np.empty((flat.shape[0], 2 * d), dtype=rows.dtype)
     packed[:, :d] = flat
-    log_fn = distribution.log_row if rows.dtype == np.float32 else distribution.log_row64
-    rows_apply(flat, packed[:, d:], log_fn)
+    log_rows = distribution.log_rows32 if rows.dtype == np.float32 else distribution.log_rows64
+    log_rows(flat, packed[:, d:])
     return packed.reshape(*rows.shape[:-1], 2 * d)
 
 

@@ -83,3 +83,9 @@ def cosine(u, v, aux_u, aux_v):  # type: ignore[no-untyped-def]
         return 1.0
     d = 1.0 - dot(u, v) / (aux_u * aux_v)
     return min(max(d, 0.0), 2.0)
+
+
+@njit(cache=True)
+def zero_aux(row):  # type: ignore[no-untyped-def]
+    """The aux function of metrics that need none."""
+    return 0.0

@@ -182,13 +182,75 @@ def test_import_compiles_nothing():
     import sys
 
     code = (
-        "import sago_fast.kernels as K, sago_fast.kernels.vector as v; "
-        "print(len(v.cosine.signatures), len(K.api.drivers.pairs_one.signatures))"
+        "import sys, sago_fast.kernels as K, sago_fast.kernels.vector as v; "
+        "print(len(v.cosine.signatures), sum(m.startswith('sago_fast_kernels_') for m in sys.modules))"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout.split()
     assert out == ["0", "0"]
+
+
+SECOND_PROCESS = """
+import json, sys
+import numpy as np
+import sago_fast.kernels as K
+from sago_fast.kernels import distribution, tiled, vector
+rng = np.random.default_rng(0)
+X = rng.random((3, 5, 8)); P = X / X.sum(-1, keepdims=True)
+for name in ("cosine", "euclidean", "js", "kl", "tv", "hellinger"):
+    A = X if name in ("cosine", "euclidean") else P
+    K.pairwise(A[0], name); K.pairwise_batched(A, name); K.distances_to_reference(A, name)
+drivers = [m for n, m in sys.modules.items() if n.startswith("sago_fast_kernels_")]
+jitted = [getattr(m, f) for m in drivers for f in ("pairs_one_serial", "pairs_batched", "to_reference")]
+jitted += [vector.cosine, distribution.js, distribution.kl_packed, tiled.tv_condensed]
+print(json.dumps({"drivers": len(drivers), "compiled": sum(len(f.stats.cache_misses) for f in jitted),
+                  "loaded": sum(len(f.stats.cache_hits) for f in jitted)}))
+"""
+
+
+def test_a_second_process_compiles_no_kernel_or_driver(tmp_path):
+    """Drivers are specialised per metric into files Numba caches: the second process loads everything."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "SAGO_CACHE_DIR": str(tmp_path)}
+    env.pop("NUMBA_CACHE_DIR", None)
+    runs = [
+        json.loads(
+            subprocess.run(
+                [sys.executable, "-c", SECOND_PROCESS], capture_output=True, text=True, check=True, env=env
+            ).stdout
+        )
+        for _ in range(2)
+    ]
+    assert runs[0]["drivers"] == runs[1]["drivers"] == 6 and runs[0]["compiled"] > 0
+    assert runs[1]["compiled"] == 0 and runs[1]["loaded"] > 0
+    assert len(list((tmp_path / "kernels").iterdir())) == 1
+
+
+def test_specialised_drivers_follow_the_kernel_sources(tmp_path, monkeypatch):
+    """The specialised copies point at the metric's functions, and live in a folder keyed by every kernel
+    module's source: an edited kernel never meets a driver cached from its old source."""
+    import shutil
+
+    from sago_fast.kernels import distribution, specialise, vector
+
+    source = specialise.specialised_source(distribution.js, distribution.neg_entropy, None)
+    assert "from sago_fast.kernels.distribution import js as kernel" in source
+    assert "from sago_fast.kernels.distribution import neg_entropy as aux_fn" in source
+    assert "tiled_fn = None" in source and "cosine" not in source.split("import numpy")[1].split("@njit")[0]
+    before = specialise._key()
+    copy = tmp_path / "kernels"
+    shutil.copytree(specialise.KERNELS_DIR, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(specialise, "KERNELS_DIR", copy)
+    assert specialise._key() == before
+    vector_file = copy / "vector.py"
+    vector_file.write_text(vector_file.read_text().replace("BLOCK = 256", "BLOCK = 128"))
+    assert specialise._key() != before
+    assert vector.BLOCK == 256
 
 
 def test_cache_directory_is_used(tmp_path):
