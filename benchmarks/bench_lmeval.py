@@ -55,7 +55,7 @@ def canonical_rows(db: Path) -> list[dict]:
 
     with Store(db, read_only=True) as store:
         _, rows = store.query(
-            "SELECT v.example_id, v.prompt, e.options, e.answer_index, m.option_logprobs "
+            "SELECT v.example_id, v.prompt, e.options, e.answer_index, m.option_scores "
             "FROM variants v JOIN examples e USING (dataset_id, example_id) "
             "JOIN mode_answers m ON m.variant_id = v.variant_id AND m.replicate = 0 AND m.answer_mode = 'cloze' "
             "WHERE v.is_canonical ORDER BY v.example_id"
