@@ -65,6 +65,37 @@ def canonical_rows(db: Path) -> list[dict]:
     ]
 
 
+def shared_prefixes(db: Path, folder: Path) -> tuple[dict[str, float], float]:
+    """Per family, the mean share of a rendering's prompt tokens it shares as a prefix with its example's
+    canonical prompt; and the tokens a prefix tree per example would prefill, as a share of all tokens."""
+    from collections import defaultdict
+
+    from transformers import AutoTokenizer
+
+    from sago_fast.store import Store
+
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    with Store(db, read_only=True) as store:
+        _, rows = store.query("SELECT example_id, family, is_canonical, prompt FROM variants")
+    by_example: dict[str, list[tuple[str, bool, list[int]]]] = defaultdict(list)
+    for example, family, canonical, prompt in rows:
+        by_example[example].append((family, bool(canonical), tokenizer(prompt)["input_ids"]))
+    shares: dict[str, list[float]] = defaultdict(list)
+    tree, total = 0, 0
+    for renderings in by_example.values():
+        canonical = next(ids for _, is_canonical, ids in renderings if is_canonical)
+        for family, is_canonical, ids in renderings:
+            if not is_canonical:
+                common = next(
+                    (i for i, (a, b) in enumerate(zip(ids, canonical, strict=False)) if a != b),
+                    min(len(ids), len(canonical)),
+                )
+                shares[family].append(common / len(ids))
+        tree += len({tuple(ids[:i]) for _, _, ids in renderings for i in range(1, len(ids) + 1)})
+        total += sum(len(ids) for _, _, ids in renderings)
+    return {family: float(np.mean(v)) for family, v in sorted(shares.items())}, tree / total
+
+
 def write_task(work: Path, rows: list[dict]) -> Path:
     """An lm-eval task folder (YAML + JSONL docs) over sago's canonical prompts."""
     folder = work / "lm_eval_task"
@@ -157,8 +188,19 @@ def main() -> None:
     bench_json = work / "ort-bench.json"
     sizes = ["--batch-sizes", "16", "--seq-lens", "100", "--gen-batch-sizes", "1", "--gen-tokens", "2"]
     subprocess.run(
-        [sys.executable, "-m", "sago_fast.cli.app", "bench", "-m", str(folder), "--json", str(bench_json), *sizes]
-        + ["--cache-dir", str(cache)],
+        [
+            sys.executable,
+            "-m",
+            "sago_fast.cli.app",
+            "bench",
+            "-m",
+            str(folder),
+            "--json",
+            str(bench_json),
+            *sizes,
+            "--cache-dir",
+            str(cache),
+        ],
         check=True,
         capture_output=True,
         env=env,
@@ -178,6 +220,10 @@ def main() -> None:
     )
     isolated = json.loads(bench_json.read_text())
     print(json.dumps(isolated.get("probe", isolated), indent=None)[:600])
+    shares, tree = shared_prefixes(db, folder)
+    print("  prompt tokens a rendering shares as a prefix with its canonical prompt, per family:")
+    print("    " + ", ".join(f"{family} {share:.2f}" for family, share in shares.items()))
+    print(f"  a prefix tree per example would prefill {tree:.0%} of the prompt tokens")
     if args.json:
         args.json.write_text(json.dumps({"sago_s": sago_s, "lmeval_s": lmeval_s, "max_gap": gap}, indent=2))
 
