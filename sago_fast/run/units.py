@@ -94,7 +94,9 @@ def model_entries(models: Sequence[str]) -> list[ModelEntry]:
             matches = [m for m in matches if Path(m).is_dir() or is_gguf(Path(m))]
             if not matches:
                 raise InputError(f"--model {text}: the pattern matches no checkpoint directory or .gguf file")
-            out += [ModelEntry(m) for m in matches]
+            for match in matches:  # a training-run folder among the matches: its members
+                members = run_members(Path(match))
+                out += [ModelEntry(match)] if members is None else [ModelEntry(str(m), True) for m in members]
         elif (members := run_members(path)) is not None:
             log.info("%s: a training run of %d checkpoints", text, len(members))
             out += [ModelEntry(str(m), in_run=True) for m in members]

@@ -65,6 +65,8 @@ def test_a_run_folder_expands_in_step_order_with_the_trainer_state(tmp_path, che
     assert [Path(e.text).name for e in entries] == [p.name for p in members] and all(
         e.in_run for e in entries
     )
+    globbed = model_entries([str(tmp_path / "ru*")])  # a glob matching the run folder: its members
+    assert [Path(e.text).name for e in globbed] == [p.name for p in members]
 
 
 def test_identical_members_are_one_unit_and_a_broken_member_is_skipped(tmp_path, checkpoints, caplog):
