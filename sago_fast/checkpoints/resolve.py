@@ -41,7 +41,7 @@ class Checkpoint:
     model_type: str
     weight_files: tuple[str, ...]
     content_hash: str  # sha256 hex over config, tokenizer and weight files (names and bytes)
-    source_format: str = "hf"  # "hf" (safetensors folder) or "gguf" (converted from a GGUF file)
+    source_format: str = "hf"  # "hf" (safetensors folder), "gguf" (converted from a GGUF file), "lora"
     quantization: str | None = None  # GGUF file type of the source (e.g. "Q4_1"); None for HF folders
     origin: Path | None = None  # what the user named (the .gguf file); None when it is ``path``
     position: TrainingPosition = field(default_factory=TrainingPosition)  # step, tokens seen (training run)
