@@ -7,9 +7,10 @@ decoding; the weights are held once.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,10 +20,23 @@ from sago_fast.checkpoints.resolve import Checkpoint, resolve_checkpoint
 from sago_fast.errors import InputError
 from sago_fast.exporters.cache import ExportCache, ExportedModel
 from sago_fast.runtime.batching import BatchPolicy, left_pad, plan_batches, run_with_backoff
-from sago_fast.runtime.generate import Generation, GenerationSettings, greedy_generate, prefill_feeds
+from sago_fast.runtime.generate import (
+    Generation,
+    GenerationSettings,
+    greedy_generate,
+    past_input_names,
+    prefill_feeds,
+)
 from sago_fast.runtime.prefix import score_on_prefix
 from sago_fast.runtime.progress import NoProgress, PassProgress
 from sago_fast.runtime.session import SessionOptions, open_session, resolve_device
+from sago_fast.runtime.shared_prefix import (
+    MIN_SHARED_TOKENS,
+    PrefixGroup,
+    PrefixPass,
+    combined_mean,
+    prefix_groups,
+)
 from sago_fast.types import ExportSettings, ProbeResult
 
 log = logging.getLogger(__name__)
@@ -57,6 +71,9 @@ class SagoModel:
     session_options: SessionOptions = field(default_factory=SessionOptions)
     progress: PassProgress = field(default_factory=NoProgress)  # hears of every batch of every pass
     pinned: tuple[Any, ...] = ()  # OrtValues the session reads (a LoRA adapter's weights): kept alive
+    prefix_sharing: int = (
+        MIN_SHARED_TOKENS  # prompts sharing this many leading tokens prefill them once (0: off)
+    )
 
     @property
     def has_kv_cache(self) -> bool:
@@ -153,12 +170,16 @@ class SagoModel:
             return Prefill(probe.probe, scored, None, processed)
 
         def on_prefill(
-            batch: np.ndarray, ids: np.ndarray, mask: np.ndarray, out: dict[str, np.ndarray]
+            batch: np.ndarray,
+            ids: np.ndarray,
+            mask: np.ndarray,
+            out: dict[str, np.ndarray],
+            new_tokens: int | None = None,
         ) -> None:
             hidden_last[:, batch] = out["hidden_last"]
             hidden_mean[:, batch] = out["hidden_mean"]
             next_logprobs[batch] = out["next_logprobs"]
-            tokens["prefill"] += int(mask.sum())
+            tokens["prefill"] += int(mask.sum()) if new_tokens is None else new_tokens
             if continuations is None:
                 return
             presents = {k: v for k, v in out.items() if k.startswith("present.")}
@@ -178,10 +199,16 @@ class SagoModel:
                 ids, mask = left_pad([token_ids[i] for i in batch], self.pad_id)
                 on_prefill(batch, ids, mask, self._run(prefill_feeds(self.session, ids, mask)))
 
-            for batch in plan_batches(lengths, self.batch_policy):
+            groups = prefix_groups(token_ids, self.prefix_sharing) if self.has_kv_cache else []
+            grouped = {i for group in groups for i in group.members}
+            alone = np.array([i for i in range(n) if i not in grouped], dtype=np.int64)
+            for part in plan_batches(lengths[alone], self.batch_policy) if len(alone) else []:
+                batch = alone[part]
                 before = tokens["prefill"] + tokens["blocks"]
                 run_with_backoff(run_batch, batch, self._shrink_batches)
                 self.progress.advance(len(batch), tokens["prefill"] + tokens["blocks"] - before)
+            if groups:
+                self._prefill_shared(token_ids, groups, on_prefill, tokens)
         else:
             generations = self._generate(token_ids, generation, on_prefill)
         processed = tokens["prefill"] + tokens["blocks"]
@@ -190,6 +217,64 @@ class SagoModel:
         return Prefill(
             ProbeResult(hidden_last, hidden_mean, next_logprobs, lengths), scored, generations, processed
         )
+
+    def _prefill_shared(
+        self,
+        token_ids: Sequence[Sequence[int]],
+        groups: Sequence[PrefixGroup],
+        on_prefill: Callable[..., None],
+        tokens: dict[str, int],
+    ) -> None:
+        """Prompts of ``groups``: each group's shared prefix prefilled once (groups batched by prefix
+        length), then every member continues its prefix's cache with its own tokens (see
+        :mod:`sago_fast.runtime.shared_prefix`)."""
+        prefix_lengths = np.array([g.length for g in groups], dtype=np.int64)
+        for part in plan_batches(prefix_lengths, self.batch_policy):
+            chosen = tuple(groups[g] for g in part)
+            ids, mask = left_pad([token_ids[g.members[0]][: g.length] for g in chosen], self.pad_id)
+            prefix = PrefixPass(chosen, ids, mask, self._run(prefill_feeds(self.session, ids, mask)))
+            tokens["prefill"] += int(mask.sum())
+            rows = [(owner, i) for owner, g in enumerate(chosen) for i in g.members]  # (group row, prompt)
+            costs = np.array([ids.shape[1] + len(token_ids[i]) - chosen[o].length for o, i in rows])
+            run_members = functools.partial(self._continue_prefix, token_ids, prefix, rows, on_prefill)
+            for batch in plan_batches(costs, self.batch_policy):
+                before = tokens["prefill"] + tokens["blocks"]
+                run_with_backoff(run_members, batch, self._shrink_batches)
+                self.progress.advance(len(batch), tokens["prefill"] + tokens["blocks"] - before)
+
+    def _continue_prefix(
+        self,
+        token_ids: Sequence[Sequence[int]],
+        prefix: PrefixPass,
+        rows: Sequence[tuple[int, int]],
+        on_prefill: Callable[..., None],
+        batch: np.ndarray,
+    ) -> None:
+        """One pass of the members ``rows[batch]`` (group row, prompt) on their prefixes' caches, handed to
+        ``on_prefill`` as a prefill of the whole prompts (means combined, ids and mask of prefix + own)."""
+        owners = np.array([rows[b][0] for b in batch])
+        prompts = np.array([rows[b][1] for b in batch])
+        own_ids, own_mask = left_pad(
+            [token_ids[rows[b][1]][prefix.groups[rows[b][0]].length :] for b in batch], self.pad_id
+        )
+        mask = np.concatenate([prefix.mask[owners], own_mask], axis=1)  # (rows, prefix + own)
+        feeds = {
+            "input_ids": own_ids,
+            "attention_mask": mask,
+            "target_ids": np.zeros((len(batch), 0), dtype=np.int64),
+        }
+        presents = {k: v for k, v in prefix.out.items() if k.startswith("present.")}
+        for name, past in zip(presents, past_input_names(list(presents)), strict=True):
+            feeds[past] = np.ascontiguousarray(presents[name][owners])
+        result = self._run(feeds)
+        result["hidden_mean"] = combined_mean(
+            prefix.out["hidden_mean"][:, owners],
+            prefix.mask[owners].sum(1),
+            result["hidden_mean"],
+            own_mask.sum(1),
+        )
+        ids = np.concatenate([prefix.ids[owners], own_ids], axis=1)
+        on_prefill(prompts, ids, mask, result, int(own_mask.sum()))
 
     def _run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Every output of one graph call, by name."""
