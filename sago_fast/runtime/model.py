@@ -143,11 +143,14 @@ class SagoModel:
         token_ids: Sequence[Sequence[int]],
         continuations: Sequence[Sequence[Sequence[int]]] | None = None,
         generation: GenerationSettings | None = None,
+        share_keys: Sequence[str] | None = None,
     ) -> Prefill:
         """One pass over each prompt, and what is built on its KV cache.
 
         continuations[i]: token lists that continue prompt i exactly (scored on the prompt's cache, see
         :mod:`sago_fast.runtime.prefix`); generation: also decode greedily from the same cache.
+        share_keys[i]: prompts share a prefilled prefix only with prompts of the same key (default: any);
+        see :mod:`sago_fast.runtime.shared_prefix`.
         """
         n = len(token_ids)
         layers, d_model = self.n_layers + 1, self.d_model
@@ -199,7 +202,7 @@ class SagoModel:
                 ids, mask = left_pad([token_ids[i] for i in batch], self.pad_id)
                 on_prefill(batch, ids, mask, self._run(prefill_feeds(self.session, ids, mask)))
 
-            groups = prefix_groups(token_ids, self.prefix_sharing) if self.has_kv_cache else []
+            groups = prefix_groups(token_ids, self.prefix_sharing, share_keys) if self.has_kv_cache else []
             grouped = {i for group in groups for i in group.members}
             alone = np.array([i for i in range(n) if i not in grouped], dtype=np.int64)
             for part in plan_batches(lengths[alone], self.batch_policy) if len(alone) else []:

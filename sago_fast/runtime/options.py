@@ -179,7 +179,14 @@ def answer_modes_prefilled(
 ) -> tuple[list[dict[str, OptionAnswer]], Prefill]:
     """:func:`answer_modes`, with the prompts' prefill (probe included) it was scored on."""
     pairs = option_pairs(examples, variants, prompts, modes)
-    loglik, prefill = score_pairs(model, prompts, prompt_ids, pairs.rows, pairs.continuations)
+    loglik, prefill = score_pairs(
+        model,
+        prompts,
+        prompt_ids,
+        pairs.rows,
+        pairs.continuations,
+        share_keys=[v.example_id for v in variants],  # shared prefixes within an example only
+    )
     return answers_from_scores(examples, variants, pairs, loglik), prefill
 
 

@@ -28,6 +28,7 @@ class LanguageModel(Protocol):
         token_ids: Sequence[Sequence[int]],
         continuations: Sequence[Sequence[Sequence[int]]] | None = None,
         generation: GenerationSettings | None = None,
+        share_keys: Sequence[str] | None = None,
     ) -> Prefill: ...
 
     def target_logprobs(

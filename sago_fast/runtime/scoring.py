@@ -104,12 +104,15 @@ def score_pairs(
     rows: Sequence[int],
     continuations: Sequence[str],
     generation: Any = None,
+    share_keys: Sequence[str] | None = None,
 ) -> tuple[np.ndarray, Any]:
     """Summed log-probs of each (prompts.texts[rows[p]], continuations[p]) pair, in one prefill per prompt.
 
     prompts: a :class:`~sago_fast.runtime.prompting.ModelPrompts`; prompt_ids: its token ids. Returns
     (loglik (n_pairs,) float64, the model's :class:`~sago_fast.runtime.model.Prefill` of the prompts, which
     carries the probe and, with ``generation``, the greedy generations from the same cache).
+    share_keys: per prompt, which prompts it may share a prefilled prefix with (the same key; e.g. its
+    example, so that results do not depend on which other examples are prefilled in the same call).
     """
     on_cache: list[list[list[int]]] = [[] for _ in prompt_ids]
     slot: list[tuple[int, int]] = []  # pair -> (prompt row, index in on_cache[row]); (-1, k): fallback k
@@ -138,7 +141,7 @@ def score_pairs(
     longest = max((len(prompt_ids[r]) + len(c) for r in range(len(on_cache)) for c in on_cache[r]), default=0)
     if limit is not None and max([longest, *map(len, fallback)]) > limit:
         raise InputError(f"a prompt + continuation is longer than the model's {limit} positions")
-    result = model.prefill(prompt_ids, on_cache, generation)
+    result = model.prefill(prompt_ids, on_cache, generation, share_keys=share_keys)
     whole = model.target_logprobs(fallback, fallback_targets) if fallback else []
     loglik = np.array(
         [

@@ -50,13 +50,20 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
 
 
 def prefix_groups(
-    token_ids: Sequence[Sequence[int]], min_shared: int = MIN_SHARED_TOKENS
+    token_ids: Sequence[Sequence[int]],
+    min_shared: int = MIN_SHARED_TOKENS,
+    keys: Sequence[str] | None = None,
 ) -> list[PrefixGroup]:
     """Groups of at least two prompts sharing at least ``min_shared`` leading tokens (each member keeps at
-    least one token beyond the prefix); prompts in no group are left out. min_shared 0: no groups."""
+    least one token beyond the prefix) and, with ``keys``, the same key; prompts in no group are left
+    out. min_shared 0: no groups."""
     if min_shared <= 0 or len(token_ids) < 2:
         return []
-    order = sorted(range(len(token_ids)), key=lambda i: list(token_ids[i]))
+
+    def key_of(i: int) -> str:
+        return keys[i] if keys is not None else ""
+
+    order = sorted(range(len(token_ids)), key=lambda i: (key_of(i), list(token_ids[i])))
     groups: list[PrefixGroup] = []
     members = [order[0]]
     length = len(token_ids[order[0]]) - 1
@@ -64,7 +71,8 @@ def prefix_groups(
         shared = min(common_prefix(token_ids[members[-1]], token_ids[i]), length, len(token_ids[i]) - 1)
         k = len(members)
         # joining shortens the prefix of the k members already in: worth it when k * shared > (k - 1) * length
-        if shared >= min_shared and k * shared > (k - 1) * length:
+        same_key = key_of(i) == key_of(members[-1])
+        if same_key and shared >= min_shared and k * shared > (k - 1) * length:
             members.append(i)
             length = shared
             continue

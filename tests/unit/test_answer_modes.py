@@ -42,7 +42,7 @@ class UnigramModel:
         self.prefills = 0
         self.whole_sequences = 0
 
-    def prefill(self, token_ids, continuations, generation=None):
+    def prefill(self, token_ids, continuations, generation=None, share_keys=None):
         self.prefills += 1
         scored = [[unigram(c) for c in conts] for conts in continuations]
         return SimpleNamespace(continuation_logprobs=scored, probe=None, generations=None, tokens_processed=0)

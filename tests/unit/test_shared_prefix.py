@@ -16,6 +16,11 @@ def test_groups_by_hand():
     # the bare prefix joins too (it keeps its last token), the unrelated and the short-shared ones do not
     assert groups == [PrefixGroup(39, (5, 0, 1, 2))]
     assert prefix_groups(prompts, min_shared=0) == [] and prefix_groups(prompts[:1]) == []
+    keys = ["e1", "e1", "e2", "e3", "e4", "e2"]  # shared prefixes within a key (an example) only
+    assert prefix_groups(prompts, min_shared=32, keys=keys) == [
+        PrefixGroup(41, (0, 1)),  # a + [1]
+        PrefixGroup(39, (5, 2)),
+    ]
     longer = [a + [1] * 50 + [2], a + [1] * 50 + [3], [*a, 9]]
     # joining the third would shorten the 90-token prefix of the first two to 40: not worth it
     assert prefix_groups(longer, min_shared=32) == [PrefixGroup(90, (0, 1))]
