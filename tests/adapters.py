@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 
@@ -42,3 +43,31 @@ def copy_member(source: Path, target: Path, step: int) -> Path:
     state = {"global_step": step, "log_history": []}
     (target / "trainer_state.json").write_text(json.dumps(state), encoding="utf-8")
     return target
+
+
+def sago_log_likelihoods(model: Any, tok: Any, texts: list[str]) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per text, sago's next-token log-probs after it and log P(each token but the first | before it)."""
+    ids = [tok(t)["input_ids"] for t in texts]
+    targets = model.target_logprobs(ids, [len(i) - 1 for i in ids])
+    return list(zip(model.probe(texts).next_logprobs, targets, strict=True))
+
+
+def merged_log_likelihoods(
+    base: Path, adapter: Path, tok: Any, texts: list[str]
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The same figures from HF + peft with ``adapter`` merged into ``base`` (float64 log-softmax)."""
+    merged = merged_reference(base, adapter)
+    out = []
+    for text in texts:
+        enc = tok(text, return_tensors="pt")
+        with torch.no_grad():
+            logp = torch.log_softmax(merged(**enc).logits[0].double(), -1)
+        ids = enc["input_ids"][0]
+        out.append((logp[-1].numpy(), logp[torch.arange(len(ids) - 1), ids[1:]].numpy()))
+    return out
+
+
+def assert_same_log_likelihoods(ours: list, reference: list, atol: float) -> None:
+    for (next_ours, cont_ours), (next_ref, cont_ref) in zip(ours, reference, strict=True):
+        np.testing.assert_allclose(next_ours, next_ref, atol=atol, rtol=0)
+        np.testing.assert_allclose(cont_ours, cont_ref, atol=atol, rtol=0)

@@ -6,13 +6,18 @@ import json
 
 import numpy as np
 import pytest
-import torch
 
 import sago_fast
 from sago_fast.checkpoints.resolve import resolve_checkpoint
 from sago_fast.checkpoints.tiny import TinySize, build_tiny_checkpoint
 from sago_fast.errors import CheckpointError
-from tests.adapters import copy_member, make_adapter, merged_reference
+from tests.adapters import (
+    assert_same_log_likelihoods,
+    copy_member,
+    make_adapter,
+    merged_log_likelihoods,
+    sago_log_likelihoods,
+)
 
 peft = pytest.importorskip("peft")
 
@@ -28,24 +33,6 @@ def bases(tmp_path_factory, tokenizer):
         arch: build_tiny_checkpoint(arch, root / arch, SIZE, tokenizer=tokenizer)
         for arch in ("llama", "gpt2")
     }
-
-
-def _log_likelihoods(model, tok, texts):
-    """sago: next-token log-probs after each text, and log P(all but the first token | the first)."""
-    ids = [tok(t)["input_ids"] for t in texts]
-    return model.probe(texts).next_logprobs, model.target_logprobs(ids, [len(i) - 1 for i in ids])
-
-
-def _reference(merged, tok, texts):
-    nexts, targets = [], []
-    for text in texts:
-        enc = tok(text, return_tensors="pt")
-        with torch.no_grad():
-            logp = torch.log_softmax(merged(**enc).logits[0].double(), -1)
-        ids = enc["input_ids"][0]
-        nexts.append(logp[-1].numpy())
-        targets.append(logp[torch.arange(len(ids) - 1), ids[1:]].numpy())
-    return np.array(nexts), targets
 
 
 @pytest.mark.parametrize(
@@ -71,13 +58,11 @@ def test_adapter_log_likelihoods_equal_peft_merged(arch, lora, bases, tmp_path):
     assert checkpoint.source_format == "lora" and checkpoint.base.path == bases[arch].resolve()
     tok = AutoTokenizer.from_pretrained(bases[arch])
     with sago_fast.load_model(checkpoint, cache_dir=tmp_path / "cache") as model:
-        nexts, targets = _log_likelihoods(model, tok, TEXTS)
-    ref_nexts, ref_targets = _reference(merged_reference(bases[arch], adapter), tok, TEXTS)
-    np.testing.assert_allclose(nexts, ref_nexts, atol=TOL, rtol=0)
-    for ours, ref in zip(targets, ref_targets, strict=True):
-        np.testing.assert_allclose(ours, ref, atol=TOL, rtol=0)
+        ours = sago_log_likelihoods(model, tok, TEXTS)
+    assert_same_log_likelihoods(ours, merged_log_likelihoods(bases[arch], adapter, tok, TEXTS), TOL)
     with sago_fast.load_model(bases[arch], cache_dir=tmp_path / "cache") as plain:
         base_nexts = plain.probe(TEXTS).next_logprobs
+    nexts = np.array([next_ours for next_ours, _ in ours])
     assert np.abs(base_nexts - nexts).max() > 10 * TOL  # the adapter changed the model
     entries = [p for p in (tmp_path / "cache").iterdir() if p.is_dir() and p.name != "graphs"]
     assert len(entries) == 1  # the base's export only: the adapter adds nothing to the cache

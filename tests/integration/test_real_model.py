@@ -248,33 +248,18 @@ def test_run_records_the_gguf_source_and_every_answer_mode(smol, smol_cache, mc_
 # --- LoRA adapters of the real model ------------------------------------------------------------------
 
 
-def _merged_log_likelihoods(folder, adapter, tok, texts):
-    from tests.adapters import merged_reference
-
-    merged = merged_reference(folder, adapter)
-    out = []
-    for text in texts:
-        enc = tok(text, return_tensors="pt")
-        with torch.no_grad():
-            logp = torch.log_softmax(merged(**enc).logits[0].double(), -1)
-        ids = enc["input_ids"][0]
-        out.append((logp[-1].numpy(), logp[torch.arange(len(ids) - 1), ids[1:]].numpy()))
-    return out
-
-
-def _sago_log_likelihoods(model, tok, texts):
-    ids = [tok(t)["input_ids"] for t in texts]
-    targets = model.target_logprobs(ids, [len(i) - 1 for i in ids])
-    return list(zip(model.probe(texts).next_logprobs, targets, strict=True))
-
-
 def test_a_lora_adapter_equals_peft_merged(smol, smol_cache, tmp_path):
     """A LoRA adapter (random factors on every attention and MLP projection) over the real model: its
     log-likelihoods equal HF + peft (merged) within 1e-4, and it adds no export."""
     pytest.importorskip("peft")
     from transformers import AutoTokenizer
 
-    from tests.adapters import make_adapter
+    from tests.adapters import (
+        assert_same_log_likelihoods,
+        make_adapter,
+        merged_log_likelihoods,
+        sago_log_likelihoods,
+    )
 
     checkpoint, _ = smol
     targets = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
@@ -287,13 +272,9 @@ def test_a_lora_adapter_equals_peft_merged(smol, smol_cache, tmp_path):
     tok = AutoTokenizer.from_pretrained(checkpoint.path)
     texts = [q for q, _, _ in QUESTIONS[:3]]
     with sago_fast.load_model(adapted, cache_dir=exports) as model:
-        ours = _sago_log_likelihoods(model, tok, texts)
+        ours = sago_log_likelihoods(model, tok, texts)
     assert sorted(p.name for p in exports.iterdir()) == before
-    for (next_ours, cont_ours), (next_ref, cont_ref) in zip(
-        ours, _merged_log_likelihoods(checkpoint.path, adapter, tok, texts), strict=True
-    ):
-        np.testing.assert_allclose(next_ours, next_ref, atol=TOL, rtol=0)
-        np.testing.assert_allclose(cont_ours, cont_ref, atol=TOL, rtol=0)
+    assert_same_log_likelihoods(ours, merged_log_likelihoods(checkpoint.path, adapter, tok, texts), TOL)
 
 
 def _small_run(models, db, exports):
@@ -322,6 +303,7 @@ def test_sago_run_over_a_real_lora_training_run(smol, smol_cache, tmp_path, monk
 
     from sago_fast.store import Store
     from sago_fast.zoo.lora import LoraRunConfig, train_lora_run
+    from tests.adapters import assert_same_log_likelihoods, merged_log_likelihoods, sago_log_likelihoods
 
     monkeypatch.setenv("SAGO_CACHE_DIR", str(smol_cache))  # the module's conversion and export are reused
     members = train_lora_run(GGUF, tmp_path / "run", LoraRunConfig(save_steps=(2, 4)))
@@ -339,12 +321,9 @@ def test_sago_run_over_a_real_lora_training_run(smol, smol_cache, tmp_path, monk
     tok = AutoTokenizer.from_pretrained(checkpoint.path)
     texts = [q for q, _, _ in QUESTIONS[:2]]
     with sago_fast.load_model(members[-1], cache_dir=exports) as model:
-        ours = _sago_log_likelihoods(model, tok, texts)
-    for (next_ours, cont_ours), (next_ref, cont_ref) in zip(
-        ours, _merged_log_likelihoods(checkpoint.path, members[-1], tok, texts), strict=True
-    ):
-        np.testing.assert_allclose(next_ours, next_ref, atol=TOL, rtol=0)
-        np.testing.assert_allclose(cont_ours, cont_ref, atol=TOL, rtol=0)
+        ours = sago_log_likelihoods(model, tok, texts)
+    reference = merged_log_likelihoods(checkpoint.path, members[-1], tok, texts)
+    assert_same_log_likelihoods(ours, reference, TOL)
 
 
 @pytest.mark.slow
