@@ -54,24 +54,11 @@ def _graph_weights(graph_path: Path) -> dict[str, Any]:
     return {init.name: init for init in graph.initializer}
 
 
-def _initializer_array(tensor: Any, base_dir: Path) -> np.ndarray:
-    """The value of one base-graph initializer (inline, or an external-data range read from its file)."""
-    from onnx import TensorProto, helper, numpy_helper
-
-    if tensor.data_location != TensorProto.EXTERNAL:
-        return numpy_helper.to_array(tensor)
-    where = {entry.key: entry.value for entry in tensor.external_data}
-    dtype = helper.tensor_dtype_to_np_dtype(tensor.data_type)
-    count = int(np.prod(tensor.dims))
-    with (base_dir / where["location"]).open("rb") as handle:
-        handle.seek(int(where.get("offset", 0)))
-        data = np.fromfile(handle, dtype=dtype, count=count)
-    return data.reshape(tuple(tensor.dims))
-
-
 def adapted_weights(adapter: Checkpoint, graph_path: Path, weight_names: list[str]) -> dict[str, np.ndarray]:
     """Initializer name -> ``W + scale · B A`` for every layer ``adapter`` adapts, in the base graph's
     dtype. ``weight_names``: the base graph's named parameters (its manifest's ``reweight`` names)."""
+    from onnx import numpy_helper
+
     config = read_adapter_config(adapter.path)
     file = adapter_weights(adapter.path)
     data_start, header = safetensors_header(file)
@@ -93,7 +80,7 @@ def adapted_weights(adapter: Checkpoint, graph_path: Path, weight_names: list[st
         delta = (b @ a) * np.float32(config.scale(module, a.shape[0]))  # (out, in)
         if config.fan_in_fan_out:
             delta = delta.T
-        weight = _initializer_array(initializers[name], graph_path.parent)
+        weight = numpy_helper.to_array(initializers[name], base_dir=str(graph_path.parent))  # external data
         if weight.shape != delta.shape:
             raise CheckpointError(
                 f"{file}: {module}: the adapter's update is {delta.shape}, the base's weight {weight.shape}"
