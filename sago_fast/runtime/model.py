@@ -71,9 +71,8 @@ class SagoModel:
     session_options: SessionOptions = field(default_factory=SessionOptions)
     progress: PassProgress = field(default_factory=NoProgress)  # hears of every batch of every pass
     pinned: tuple[Any, ...] = ()  # OrtValues the session reads (a LoRA adapter's weights): kept alive
-    prefix_sharing: int = (
-        MIN_SHARED_TOKENS  # prompts sharing this many leading tokens prefill them once (0: off)
-    )
+    # prompts sharing this many leading tokens prefill them once (0: off; see runtime/shared_prefix.py)
+    prefix_sharing: int = MIN_SHARED_TOKENS
 
     @property
     def has_kv_cache(self) -> bool:
@@ -205,11 +204,9 @@ class SagoModel:
             groups = prefix_groups(token_ids, self.prefix_sharing, share_keys) if self.has_kv_cache else []
             grouped = {i for group in groups for i in group.members}
             alone = np.array([i for i in range(n) if i not in grouped], dtype=np.int64)
-            for part in plan_batches(lengths[alone], self.batch_policy) if len(alone) else []:
-                batch = alone[part]
-                before = tokens["prefill"] + tokens["blocks"]
-                run_with_backoff(run_batch, batch, self._shrink_batches)
-                self.progress.advance(len(batch), tokens["prefill"] + tokens["blocks"] - before)
+            if len(alone):
+                batches = [alone[part] for part in plan_batches(lengths[alone], self.batch_policy)]
+                self._run_batches(batches, run_batch, tokens)
             if groups:
                 self._prefill_shared(token_ids, groups, on_prefill, tokens)
         else:
@@ -240,10 +237,16 @@ class SagoModel:
             rows = [(owner, i) for owner, g in enumerate(chosen) for i in g.members]  # (group row, prompt)
             costs = np.array([ids.shape[1] + len(token_ids[i]) - chosen[o].length for o, i in rows])
             run_members = functools.partial(self._continue_prefix, token_ids, prefix, rows, on_prefill)
-            for batch in plan_batches(costs, self.batch_policy):
-                before = tokens["prefill"] + tokens["blocks"]
-                run_with_backoff(run_members, batch, self._shrink_batches)
-                self.progress.advance(len(batch), tokens["prefill"] + tokens["blocks"] - before)
+            self._run_batches(plan_batches(costs, self.batch_policy), run_members, tokens)
+
+    def _run_batches(
+        self, batches: Sequence[np.ndarray], run_batch: Callable[[np.ndarray], None], tokens: dict[str, int]
+    ) -> None:
+        """``run_batch`` on each batch (halved on out of memory); progress hears of prompts and tokens."""
+        for batch in batches:
+            before = tokens["prefill"] + tokens["blocks"]
+            run_with_backoff(run_batch, batch, self._shrink_batches)
+            self.progress.advance(len(batch), tokens["prefill"] + tokens["blocks"] - before)
 
     def _continue_prefix(
         self,
