@@ -95,15 +95,20 @@ def model_entries(models: Sequence[str]) -> list[ModelEntry]:
             if not matches:
                 raise InputError(f"--model {text}: the pattern matches no checkpoint directory or .gguf file")
             for match in matches:  # a training-run folder among the matches: its members
-                members = run_members(Path(match))
-                out += [ModelEntry(match)] if members is None else [ModelEntry(str(m), True) for m in members]
-        elif (members := run_members(path)) is not None:
-            log.info("%s: a training run of %d checkpoints", text, len(members))
-            out += [ModelEntry(str(m), in_run=True) for m in members]
+                out += _checkpoint_or_run(match)
         else:
-            out.append(ModelEntry(text))
+            out += _checkpoint_or_run(text)
     seen: set[str] = set()
     return [e for e in out if not (e.text in seen or seen.add(e.text))]  # type: ignore[func-returns-value]
+
+
+def _checkpoint_or_run(text: str) -> list[ModelEntry]:
+    """``text`` itself, or its members in step order when it names a training-run folder."""
+    members = run_members(Path(text).expanduser())
+    if members is None:
+        return [ModelEntry(text)]
+    log.info("%s: a training run of %d checkpoints", text, len(members))
+    return [ModelEntry(str(m), in_run=True) for m in members]
 
 
 def _list_file(path: Path) -> list[str]:
