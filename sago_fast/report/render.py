@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections import Counter
+from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +54,10 @@ def render_report(data: ReportData) -> str:
     if not data.empty:
         datasets = sorted({r[1] for r in data.headline.rows})
         models = sorted({r[0] for r in data.headline.rows}, key=natural_key)
-        n_steps = max(Counter(r[0] for r in {(r[0], r[4]) for r in data.trajectories}).values(), default=0)
+        steps: dict[str, set[int]] = defaultdict(set)  # training run -> its steps with scores
+        for run, _, _, _, step, *_ in data.trajectories:
+            steps[run].add(step)
+        n_steps = max(map(len, steps.values()), default=0)
         reversed_models: dict[tuple[str, str], set[str]] = {}
         for axis, metric, model_a, model_b, *_ in data.reversals.rows:
             reversed_models.setdefault((axis, metric), set()).update((model_a, model_b))
