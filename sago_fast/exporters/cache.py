@@ -148,10 +148,10 @@ class ExportCache:
     ) -> ExportedModel:
         """The entry of ``checkpoint``; exported when absent, or sharing the graph of an exported sibling
         (same graph signature) when ``reweight`` and the sibling's graph allows it."""
-        if checkpoint.is_adapter:
+        if checkpoint.base is not None:  # a LoRA adapter
             raise ExportError(
                 f"{checkpoint.path}: a LoRA adapter is not exported; it runs over its base's export "
-                f"({checkpoint.base.display_path if checkpoint.base else 'its base'})"
+                f"({checkpoint.base.display_path})"
             )
         key = export_key(checkpoint, settings)
         final = self.entry_path(key)
