@@ -5,6 +5,8 @@ Inputs:   input_ids                (batch, new) int64          new tokens, left-
           past_key_values.{i}.key  (batch, kv_heads, past, head_dim) float   past = 0 for a prefill
           past_key_values.{i}.value
           target_ids               (batch, T) int64            tokens to score: the last T new tokens
+          segment_ids              (batch, past + new) int64   0 everywhere but in option blocks (below);
+                                                               only in graphs of block-capable models
 Outputs:  next_tokens              (batch,) int64              greedy (first arg-max) next token
           next_logprob             (batch,) float32            its log-probability
           present.{i}.key          (batch, kv_heads, past + new, head_dim)
@@ -21,6 +23,13 @@ generation continues from it, through the same graph (so the weights are stored 
 Position ids are ``cumsum(mask) - 1`` over past + new, taken for the new columns: left padding, holes
 between the cached prefix and a left-padded continuation, and single decode steps all get the positions
 each row would have alone. Only (batch, T) target log-probs leave the graph, never (batch, seq, vocab).
+
+Option blocks (``segment_ids``): a new token of segment s > 0 sees the real past tokens, the real tokens of
+segment 0 and those of its own segment before it, nothing else; positions count what it sees. So the
+options of a prompt, concatenated after its cache with segments 1, 2, ..., are each scored as if alone,
+in one row of one pass (no copy of the prompt's cache per option). All zeros is the plain causal graph.
+The graph builds this 4-D mask itself and hands it to the model, replacing the model's own mask: models
+whose attention is not a plain mask over positions (ALiBi, sliding windows) get the graph without it.
 """
 
 from __future__ import annotations
@@ -48,6 +57,38 @@ def _last_columns(values: torch.Tensor, new_ids: torch.Tensor) -> torch.Tensor:
     return torch.gather(values, 1, index)
 
 
+def takes_segments(config: Any) -> bool:
+    """Whether a model's graph can take ``segment_ids``: its attention must be a plain mask over token
+    positions, which the graph's 4-D mask replaces. Not ALiBi (the bias is built from the 2-D mask) nor
+    sliding-window or mixed layer types (the window would be lost)."""
+    if getattr(config, "alibi", False) or config.model_type in ("bloom", "mpt"):
+        return False
+    if getattr(config, "sliding_window", None) is not None and getattr(config, "use_sliding_window", True):
+        return False
+    return all(kind == "full_attention" for kind in getattr(config, "layer_types", None) or ())
+
+
+def block_attention(
+    mask: torch.Tensor, segments: torch.Tensor, input_ids: torch.Tensor, dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(batch, 1, new, past + new) additive attention mask and (batch, new) position ids of the segment
+    rule (module docstring). mask, segments: (batch, past + new); input_ids: (batch, new)."""
+    columns = (torch.ones_like(mask[0]).cumsum(0) - 1).unsqueeze(0)  # (1, past + new)
+    query_columns = _last_columns(columns, input_ids).unsqueeze(2)  # (1, new, 1)
+    query_segments = _last_columns(segments, input_ids).unsqueeze(2)  # (batch, new, 1)
+    key_segments = segments.unsqueeze(1)  # (batch, 1, past + new)
+    sees = (
+        (columns.unsqueeze(1) <= query_columns)
+        & ((key_segments == query_segments) | (key_segments == 0))
+        & mask.unsqueeze(1).bool()
+    )  # (batch, new, past + new)
+    positions = (sees.sum(-1) - 1).clamp(min=0)  # (batch, new)
+    sees = sees | (columns.unsqueeze(1) == query_columns)  # a padding row sees itself: none fully masked
+    blocked = torch.full((), torch.finfo(dtype).min, dtype=dtype)
+    additive = torch.where(sees, torch.zeros((), dtype=dtype), blocked)
+    return additive.unsqueeze(1), positions
+
+
 def unified_forward(
     model: Any,
     input_ids: torch.Tensor,
@@ -55,21 +96,29 @@ def unified_forward(
     past_key_values: Any,
     target_ids: torch.Tensor,
     with_past: bool = True,
+    segment_ids: torch.Tensor | None = None,
 ) -> dict[str, Any]:
     """The graph's computation (see the module docstring); also the eager reference in tests.
 
     with_past=False: the graph of an architecture whose cached graph cannot be exported (no past inputs,
     no present outputs: prefills and whole-sequence scoring only). The model class's own ``forward`` is
     called, not Optimum's re-wrapped one: with transformers >= 4.54 the re-wrapped forward returns the
-    *pre-norm* residual as the last hidden state, while HF eager returns it after the final norm."""
+    *pre-norm* residual as the last hidden state, while HF eager returns it after the final norm.
+    segment_ids: (batch, past + new), the option-block rule of the module docstring (a 4-D mask built
+    here); None: the model's own mask from the 2-D one."""
     mask = attention_mask.to(torch.int64)  # (batch, past + new)
     new = torch.ones_like(input_ids[0]).sum()
-    positions = (mask.cumsum(-1) - 1).clamp(min=0)  # (batch, past + new)
-    position_ids = _last_columns(positions, input_ids)  # (batch, new)
     new_mask = _last_columns(mask, input_ids)  # (batch, new)
+    model_mask: torch.Tensor = mask
+    if segment_ids is None:
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)  # (batch, past + new)
+        position_ids = _last_columns(positions, input_ids)  # (batch, new)
+    else:
+        dtype = model.get_output_embeddings().weight.dtype
+        model_mask, position_ids = block_attention(mask, segment_ids.to(torch.int64), input_ids, dtype)
     kwargs: dict[str, Any] = {
         "input_ids": input_ids,
-        "attention_mask": mask,
+        "attention_mask": model_mask,
         "position_ids": position_ids,
         "past_key_values": preprocess_past_key_values(past_key_values) if past_key_values else None,
         "use_cache": with_past,
@@ -162,11 +211,14 @@ class UnifiedPatcher(ModelPatcher):
             attention_mask: torch.Tensor,
             past_key_values: Any = None,
             target_ids: torch.Tensor | None = None,
+            segment_ids: torch.Tensor | None = None,
             **_: Any,
         ) -> Any:
             with_past = bool(getattr(config, "use_past_in_inputs", True))
             targets = target_ids if target_ids is not None else input_ids[:, :0]
-            return unified_forward(model, input_ids, attention_mask, past_key_values, targets, with_past)
+            return unified_forward(
+                model, input_ids, attention_mask, past_key_values, targets, with_past, segment_ids
+            )
 
         self.patched_forward = patched_forward
 
@@ -175,6 +227,7 @@ def unified_config(model: Any, float_dtype: str = "fp32", with_past: bool = True
     """OnnxConfig of the unified graph (inputs/outputs in the module docstring); ``with_past=False``:
     without past inputs and present outputs."""
     base = base_onnx_config_class(model)
+    segments = with_past and takes_segments(model.config)
 
     class UnifiedOnnxConfig(base):  # type: ignore[misc, valid-type]
         _MODEL_PATCHER = UnifiedPatcher
@@ -189,6 +242,8 @@ def unified_config(model: Any, float_dtype: str = "fp32", with_past: bool = True
                 self.add_past_key_values(common, direction="inputs")
             if not getattr(self, "_base_dummies", False):
                 common["target_ids"] = {0: "batch_size", 1: "target_length"}
+                if segments:
+                    common["segment_ids"] = {0: "batch_size", 1: "past_sequence_length + sequence_length"}
             return common
 
         @property
@@ -220,6 +275,9 @@ def unified_config(model: Any, float_dtype: str = "fp32", with_past: bool = True
                 past = mask.shape[1] - ids.shape[1]
                 inputs["past_key_values"] = cache_like(model, ids.shape[0], past)
             inputs["target_ids"] = ids[:, -3:].clone()
+            if segments:  # two option blocks at the end of the second row
+                inputs["segment_ids"] = torch.zeros_like(mask)
+                inputs["segment_ids"][1, -4:] = torch.tensor([1, 1, 2, 2])
             return inputs
 
         def ordered_inputs(self, model: Any) -> dict[str, dict[int, str]]:

@@ -21,6 +21,7 @@ from sago_fast import defaults
 from sago_fast.errors import InputError
 from sago_fast.runtime.batching import BatchPolicy, left_pad, plan_batches, run_with_backoff
 
+SEGMENT_IDS = "segment_ids"  # graph input of option blocks (see sago_fast.exporters.unified)
 STOP_REASONS = ("eos", "stop", "length")
 
 
@@ -81,9 +82,23 @@ class _Row:
 PrefillHook = Callable[[np.ndarray, np.ndarray, np.ndarray, dict[str, np.ndarray]], None]
 
 
+def takes_segments(session: object) -> bool:
+    """Whether the graph has the ``segment_ids`` input (option blocks; see :mod:`sago_fast.exporters.unified`)."""
+    return any(spec.name == SEGMENT_IDS for spec in session.get_inputs())  # type: ignore[attr-defined]
+
+
+def with_plain_segments(session: object, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """``feeds`` plus all-zero ``segment_ids`` (every token sees what a causal model sees) when the graph
+    takes them."""
+    if takes_segments(session):
+        feeds[SEGMENT_IDS] = np.zeros_like(feeds["attention_mask"])
+    return feeds
+
+
 def prefill_feeds(session: object, ids: np.ndarray, mask: np.ndarray) -> dict[str, np.ndarray]:
     """Feeds of a prompt step: zero-length past tensors (batch, kv_heads, 0, head_dim), no targets."""
     feeds = {"input_ids": ids, "attention_mask": mask, "target_ids": np.zeros((len(ids), 0), dtype=np.int64)}
+    with_plain_segments(session, feeds)
     for spec in session.get_inputs():  # type: ignore[attr-defined]
         if spec.name.startswith("past_key_values."):
             heads, head_dim = int(spec.shape[1]), int(spec.shape[3])
@@ -182,6 +197,7 @@ def _generate_batch(
             "attention_mask": mask,
             "target_ids": np.zeros((len(active), 0), dtype=np.int64),
         }
+        with_plain_segments(session, feeds)
         feeds.update(zip(past_names, presents, strict=True))
     _finish(rows, settings, decode)
     return rows
@@ -253,6 +269,7 @@ def _generate_batch_bound(
     present_names = _present_names(session)
     past_names = past_input_names(present_names)
     no_targets = np.zeros((batch, 0), dtype=np.int64)
+    segments = takes_segments(session)
     first = prefill_feeds(session, ids, mask)
     past: list[Any] = [ort.OrtValue.ortvalue_from_numpy(first[name], device, 0) for name in past_names]
     for step in range(settings.max_new_tokens):
@@ -266,6 +283,8 @@ def _generate_batch_bound(
             binding.bind_cpu_input("input_ids", np.ascontiguousarray(ids))
             binding.bind_cpu_input("attention_mask", np.ascontiguousarray(mask))
             binding.bind_cpu_input("target_ids", no_targets)
+            if segments:
+                binding.bind_cpu_input(SEGMENT_IDS, np.zeros_like(mask))
             for name, value in zip(past_names, past, strict=True):
                 binding.bind_ortvalue_input(name, value)
             for name in outputs:

@@ -26,8 +26,10 @@ from sago_fast.runtime.generate import (
     greedy_generate,
     past_input_names,
     prefill_feeds,
+    takes_segments,
+    with_plain_segments,
 )
-from sago_fast.runtime.prefix import score_on_prefix
+from sago_fast.runtime.prefix import score_in_blocks, score_on_prefix
 from sago_fast.runtime.progress import NoProgress, PassProgress
 from sago_fast.runtime.session import SessionOptions, open_session, resolve_device
 from sago_fast.runtime.shared_prefix import (
@@ -160,6 +162,7 @@ class SagoModel:
         lengths = np.array([len(ids) for ids in token_ids], dtype=np.int64)
         scored: list[list[np.ndarray]] = [[] for _ in range(n)]
         tokens = {"prefill": 0, "blocks": 0}
+        blocks = takes_segments(self.session)  # options in one block row per prompt (else a row each)
         if generation is not None:
             self._check_generation()
         if continuations is not None and not self.has_kv_cache:  # no cache to build on: whole sequences
@@ -186,9 +189,21 @@ class SagoModel:
                 return
             presents = {k: v for k, v in out.items() if k.startswith("present.")}
             conts = [continuations[i] for i in batch]
-            on_cache, block_tokens = score_on_prefix(
-                self._run, presents, ids, mask, out["next_logprobs"], conts, self.batch_policy, self.pad_id
-            )
+            if blocks:
+                on_cache, block_tokens = score_in_blocks(
+                    self._run, presents, mask, out["next_logprobs"], conts, self.pad_id
+                )
+            else:
+                on_cache, block_tokens = score_on_prefix(
+                    self._run,
+                    presents,
+                    ids,
+                    mask,
+                    out["next_logprobs"],
+                    conts,
+                    self.batch_policy,
+                    self.pad_id,
+                )
             for i, values in zip(batch, on_cache, strict=True):
                 scored[i] = values
             tokens["blocks"] += block_tokens
@@ -269,6 +284,7 @@ class SagoModel:
             "attention_mask": mask,
             "target_ids": np.zeros((len(batch), 0), dtype=np.int64),
         }
+        with_plain_segments(self.session, feeds)
         presents = {k: v for k, v in prefix.out.items() if k.startswith("present.")}
         for name, past in zip(presents, past_input_names(list(presents)), strict=True):
             feeds[past] = np.ascontiguousarray(presents[name][owners])

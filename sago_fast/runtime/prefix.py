@@ -1,11 +1,20 @@
 """Continuations scored on top of a prompt's KV cache: the prompt is processed once for all its options.
 
-After a prefill of left-padded prompts (``present.*``: (batch, kv_heads, P, head_dim)), continuation c of
-prompt i is scored as one row of a *block* pass: the cache of prompt i without its last column, then the
-block ``[last prompt token] + c`` left-padded to the longest block, with ``target_ids`` = the block
-without its first token. The hole between the cached prefix and the padded block is masked out, and
-positions come from the mask, so every row sees exactly ``prompt + c`` (the same numbers as scoring the
-whole sequence). A one-token continuation is read from the prefill's next-token distribution (no pass).
+A continuation's first token is read from the prefill's next-token distribution. The rest:
+
+**Option blocks** (:func:`score_in_blocks`, graphs with ``segment_ids``): the continuations of prompt i are
+concatenated into one row, segment 1, 2, ... each, and the whole prefilled batch continues its own cache
+(``present.*`` fed back as the past as it is: contiguous row ranges, no copy) in one pass. Each
+continuation sees the prompt and itself only, at the positions it would have alone, so the pass costs
+the continuations' tokens, once per prompt, not a copy of the prompt's cache per continuation.
+
+**One row per continuation** (:func:`score_on_prefix`, graphs without them: ALiBi or sliding-window
+models). After a prefill of left-padded prompts (``present.*``: (batch, kv_heads, P, head_dim)),
+continuation c of prompt i is scored as one row of a *block* pass: the cache of prompt i without its last
+column, then the block ``[last prompt token] + c`` left-padded to the longest block, with ``target_ids``
+= the block without its first token. The hole between the cached prefix and the padded block is masked
+out, and positions come from the mask, so every row sees exactly ``prompt + c`` (the same numbers as
+scoring the whole sequence).
 
 Rows are grouped under the batch policy counting cached + block tokens, so the repeated cache rows of a
 group stay within the token budget, and a group's block logits ((rows, block, vocab) float32 and the
@@ -20,7 +29,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from sago_fast.runtime.batching import BatchPolicy, left_pad, plan_batches
-from sago_fast.runtime.generate import past_input_names
+from sago_fast.runtime.generate import SEGMENT_IDS, past_input_names
 
 Run = Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]
 LOGITS_BYTES = 256 << 20  # one block pass's logits and their log-softmax temporaries (3 float32 copies)
@@ -90,3 +99,68 @@ def score_on_prefix(
             out[r][j] = logp[row, logp.shape[1] - k :].astype(np.float64)
         tokens += int(block_mask.sum())
     return out, tokens
+
+
+def score_in_blocks(
+    run: Run,
+    presents: dict[str, np.ndarray],
+    mask: np.ndarray,
+    next_logprobs: np.ndarray,
+    continuations: Sequence[Sequence[Sequence[int]]],
+    pad_id: int,
+) -> tuple[list[list[np.ndarray]], int]:
+    """:func:`score_on_prefix` in option blocks: one row per prompt, its continuations after its cache.
+
+    presents: present.* of the prefill (name -> (b, kv_heads, P, head_dim)), fed back unchanged; mask:
+    (b, P); next_logprobs: (b, vocab); continuations[r]: token lists continuing prompt r.
+    Returns ([r][j] -> (len,) float64, tokens processed by the block passes).
+    """
+    out: list[list[np.ndarray]] = [
+        [np.array([next_logprobs[r, c[0]]], dtype=np.float64) if c else np.empty(0) for c in conts]
+        for r, conts in enumerate(continuations)
+    ]
+    # row r: every continuation longer than one token, back to back; segment k + 1 for the k-th of them
+    blocks: list[list[int]] = []
+    segments: list[list[int]] = []
+    starts: list[list[tuple[int, int]]] = []  # per row: (continuation index, offset in the row's block)
+    for conts in continuations:
+        tokens_r: list[int] = []
+        segments_r: list[int] = []
+        starts_r: list[tuple[int, int]] = []
+        for j, cont in enumerate(conts):
+            if len(cont) > 1:
+                starts_r.append((j, len(tokens_r)))
+                segments_r += [len(starts_r)] * len(cont)
+                tokens_r += cont
+        blocks.append(tokens_r)
+        segments.append(segments_r)
+        starts.append(starts_r)
+    width = max((len(b) for b in blocks), default=0)
+    if width == 0:
+        return out, 0
+    past_names = dict(zip(presents, past_input_names(list(presents)), strict=True))
+    rows_per_pass = max(1, LOGITS_BYTES // (width * next_logprobs.shape[1] * 4 * 3))
+    processed = 0
+    for first in range(0, len(blocks), rows_per_pass):
+        rows = slice(first, min(first + rows_per_pass, len(blocks)))  # contiguous: the cache is not copied
+        if not any(blocks[rows]):
+            continue
+        block_ids, block_mask = left_pad(blocks[rows], pad_id)  # (g, W)
+        block_segments, _ = left_pad(segments[rows], 0)  # (g, W); padding is segment 0, masked out
+        feeds = {
+            "input_ids": block_ids,
+            "attention_mask": np.concatenate([mask[rows], block_mask], axis=1),
+            SEGMENT_IDS: np.concatenate([np.zeros_like(mask[rows]), block_segments], axis=1),
+            "target_ids": np.ascontiguousarray(block_ids[:, 1:]),  # target t: block token t + 1
+        }
+        for name, value in presents.items():
+            feeds[past_names[name]] = value[rows]
+        logp = run(feeds)["target_logprobs"]  # (g, W - 1)
+        pad = block_ids.shape[1] - np.array([len(b) for b in blocks[rows]])
+        for row, r in enumerate(range(rows.start, rows.stop)):
+            for j, offset in starts[r]:
+                k = len(continuations[r][j])
+                at = pad[row] + offset  # the continuation's first token; its later tokens are targets at..
+                out[r][j] = np.concatenate([out[r][j], logp[row, at : at + k - 1].astype(np.float64)])
+        processed += int(block_mask.sum())
+    return out, processed

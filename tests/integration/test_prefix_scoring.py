@@ -10,11 +10,13 @@ from transformers import AutoModelForCausalLM
 import sago_fast
 from sago_fast.checkpoints.tiny import ARCHITECTURES
 from sago_fast.runtime.batching import BatchPolicy
-from sago_fast.runtime.generate import GenerationSettings
+from sago_fast.runtime import prefix
+from sago_fast.runtime.generate import GenerationSettings, takes_segments
 
 PROMPTS = [[5, 6, 7, 8, 9, 10, 11], [12, 13], [14, 15, 16, 17]]
 CONTINUATIONS = [[[20], [21, 22, 23], [24, 25]], [[26, 27, 28, 29], [30]], [[31, 32], [33, 34, 35, 36, 37]]]
 TOL = 1e-4
+WITHOUT_BLOCKS = {"mistral"}  # sliding-window attention: one row per continuation
 
 
 def hf_token_logprobs(hf, prompt, cont):
@@ -42,9 +44,25 @@ def test_cached_continuations_equal_whole_sequences_and_hf(arch, checkpoints, ca
         assert on_cache.shape == (len(cont),)
         np.testing.assert_allclose(on_cache, full, atol=TOL, rtol=0)
         np.testing.assert_allclose(on_cache, hf_token_logprobs(hf, prompt, cont), atol=TOL, rtol=0)
-    # each prompt once, each multi-token continuation as [last prompt token] + continuation
-    expected = sum(map(len, PROMPTS)) + sum(len(c) + 1 for _, c in pairs if len(c) > 1)
+    # each prompt once; each multi-token continuation once in its prompt's option block, or, without
+    # option blocks (sliding-window attention), as [last prompt token] + continuation
+    blocks = takes_segments(model.session)
+    assert blocks == (arch not in WITHOUT_BLOCKS)
+    expected = sum(map(len, PROMPTS)) + sum(len(c) + (not blocks) for _, c in pairs if len(c) > 1)
     assert result.tokens_processed == expected
+
+
+def test_option_blocks_split_over_passes_equal_whole_sequences(checkpoints, cache_dir, monkeypatch):
+    # a logits budget of one row per pass, and a batch whose middle prompt has no multi-token option
+    monkeypatch.setattr(prefix, "LOGITS_BYTES", 1)
+    model = sago_fast.load_model(checkpoints["llama"], cache_dir=cache_dir)
+    continuations = [CONTINUATIONS[0], [[30], [31]], CONTINUATIONS[2]]
+    result = model.prefill(PROMPTS, continuations)
+    pairs = [(p, c) for p, conts in zip(PROMPTS, continuations, strict=True) for c in conts]
+    whole = model.target_logprobs([p + c for p, c in pairs], [len(c) for _, c in pairs])
+    cached = [lp for per_prompt in result.continuation_logprobs for lp in per_prompt]
+    for on_cache, full in zip(cached, whole, strict=True):
+        np.testing.assert_allclose(on_cache, full, atol=TOL, rtol=0)
 
 
 def test_generation_continues_from_the_prefill(checkpoints, cache_dir):
