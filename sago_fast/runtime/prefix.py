@@ -6,7 +6,8 @@ A continuation's first token is read from the prefill's next-token distribution.
 concatenated into one row, segment 1, 2, ... each, and the whole prefilled batch continues its own cache
 (``present.*`` fed back as the past as it is: contiguous row ranges, no copy) in one pass. Each
 continuation sees the prompt and itself only, at the positions it would have alone, so the pass costs
-the continuations' tokens, once per prompt, not a copy of the prompt's cache per continuation.
+the continuations' tokens, once per prompt, not a copy of the prompt's cache per continuation. A
+continuation's last token predicts nothing and is left out: k tokens cost k - 1.
 
 **One row per continuation** (:func:`score_on_prefix`, graphs without them: ALiBi or sliding-window
 models). After a prefill of left-padded prompts (``present.*``: (batch, kv_heads, P, head_dim)),
@@ -119,48 +120,57 @@ def score_in_blocks(
         [np.array([next_logprobs[r, c[0]]], dtype=np.float64) if c else np.empty(0) for c in conts]
         for r, conts in enumerate(continuations)
     ]
-    # row r: every continuation longer than one token, back to back; segment k + 1 for the k-th of them
-    blocks: list[list[int]] = []
+    # row r: every continuation longer than one token without its last token (it predicts nothing),
+    # back to back, segment k + 1 for the k-th of them; each position's target is its continuation's next
+    # token. One masked pad column closes every row: T = new - 1 targets then cover every real position.
+    inputs: list[list[int]] = []
+    targets: list[list[int]] = []
     segments: list[list[int]] = []
     starts: list[list[tuple[int, int]]] = []  # per row: (continuation index, offset in the row's block)
     for conts in continuations:
-        tokens_r: list[int] = []
+        inputs_r: list[int] = []
+        targets_r: list[int] = []
         segments_r: list[int] = []
         starts_r: list[tuple[int, int]] = []
         for j, cont in enumerate(conts):
             if len(cont) > 1:
-                starts_r.append((j, len(tokens_r)))
-                segments_r += [len(starts_r)] * len(cont)
-                tokens_r += cont
-        blocks.append(tokens_r)
+                starts_r.append((j, len(inputs_r)))
+                segments_r += [len(starts_r)] * (len(cont) - 1)
+                inputs_r += cont[:-1]
+                targets_r += cont[1:]
+        inputs.append(inputs_r)
+        targets.append(targets_r)
         segments.append(segments_r)
         starts.append(starts_r)
-    width = max((len(b) for b in blocks), default=0)
+    width = max((len(b) for b in inputs), default=0)
     if width == 0:
         return out, 0
     past_names = dict(zip(presents, past_input_names(list(presents)), strict=True))
     rows_per_pass = max(1, LOGITS_BYTES // (width * next_logprobs.shape[1] * 4 * 3))
     processed = 0
-    for first in range(0, len(blocks), rows_per_pass):
-        rows = slice(first, min(first + rows_per_pass, len(blocks)))  # contiguous: the cache is not copied
-        if not any(blocks[rows]):
+    for first in range(0, len(inputs), rows_per_pass):
+        rows = slice(first, min(first + rows_per_pass, len(inputs)))  # contiguous: the cache is not copied
+        if not any(inputs[rows]):
             continue
-        block_ids, block_mask = left_pad(blocks[rows], pad_id)  # (g, W)
-        block_segments, _ = left_pad(segments[rows], 0)  # (g, W); padding is segment 0, masked out
+        closed = [[*b, pad_id] for b in inputs[rows]]
+        block_ids, block_mask = left_pad(closed, pad_id)  # (g, W + 1)
+        block_mask[:, -1] = 0  # the closing pad
+        block_targets, _ = left_pad(targets[rows], pad_id)  # (g, W): target of position t is column t
+        block_segments, _ = left_pad([[*g, 0] for g in segments[rows]], 0)  # padding: segment 0, masked
         feeds = {
             "input_ids": block_ids,
             "attention_mask": np.concatenate([mask[rows], block_mask], axis=1),
             SEGMENT_IDS: np.concatenate([np.zeros_like(mask[rows]), block_segments], axis=1),
-            "target_ids": np.ascontiguousarray(block_ids[:, 1:]),  # target t: block token t + 1
+            "target_ids": block_targets,
         }
         for name, value in presents.items():
             feeds[past_names[name]] = value[rows]
-        logp = run(feeds)["target_logprobs"]  # (g, W - 1)
-        pad = block_ids.shape[1] - np.array([len(b) for b in blocks[rows]])
+        logp = run(feeds)["target_logprobs"]  # (g, W)
+        pad = block_targets.shape[1] - np.array([len(b) for b in inputs[rows]])
         for row, r in enumerate(range(rows.start, rows.stop)):
             for j, offset in starts[r]:
-                k = len(continuations[r][j])
-                at = pad[row] + offset  # the continuation's first token; its later tokens are targets at..
-                out[r][j] = np.concatenate([out[r][j], logp[row, at : at + k - 1].astype(np.float64)])
+                at = pad[row] + offset  # the continuation's first position: it predicts its second token
+                predicted = logp[row, at : at + len(continuations[r][j]) - 1]
+                out[r][j] = np.concatenate([out[r][j], predicted.astype(np.float64)])
         processed += int(block_mask.sum())
     return out, processed
