@@ -17,13 +17,15 @@ log = logging.getLogger(__name__)
 class BatchPolicy:
     """How prompts are grouped into ORT calls.
 
-    token_budget: maximum padded tokens (batch * longest prompt) in one call.
+    token_budget: maximum padded tokens (batch * longest prompt) in one call. The default suits CPUs: on
+        the 2-core development machine SmolLM2-135M prefills ~8% more tokens/s in calls of 2-4k tokens
+        than of 8k (the activations stay in cache); on CUDA the budget is sized from free memory instead.
     max_batch: maximum prompts in one call, whatever their length.
     call_overhead: what one more call costs, in padded tokens: the planner takes a call more only where
         it saves at least this much padding (see :func:`plan_batches`).
     """
 
-    token_budget: int = 8192
+    token_budget: int = 4096
     max_batch: int = 64
     call_overhead: int = 256
 
