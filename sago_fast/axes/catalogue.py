@@ -6,11 +6,13 @@ For every metric: its axis, the tables it is written to, the task types it appli
 only), and its rank in the axis' headline list (statistics use the first headline metric a dataset has).
 The statistics' null hypotheses (:mod:`sago_fast.stats.nulls`) and headline metrics
 (:mod:`sago_fast.stats.data`) are read from here; a test checks the README's axes table and every metric
-a run writes against it.
+a run writes against it. ``bounds``: the range an example's value lies in, which the anytime-valid
+confidence sequences of ``sago run --precision`` need (:func:`sequential_metrics`).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from sago_fast.registry import Registry
@@ -34,6 +36,7 @@ class MetricSpec:
     label: str = ""  # axis label with unit in the report (default: "<name> (<unit>)")
     digits: int = 3  # decimals in the run summary
     sesoi: float | None = None  # replicate nulls: smallest effect of practical interest (the null's floor)
+    bounds: tuple[float, float] | None = None  # the range of one example's value (None: unbounded)
 
     @property
     def axis_label(self) -> str:
@@ -46,6 +49,9 @@ class MetricSpec:
 
 
 CATALOGUE: Registry[MetricSpec] = Registry("metric")
+
+UNIT = (0.0, 1.0)  # shares, 0/1 outcomes and probabilities
+JS_RANGE = (0.0, math.log(2))  # Jensen-Shannon divergence in nats
 
 _ITEM = ("item_scores",)
 _LAYER_ITEM = ("layer_scores", "item_scores")
@@ -60,6 +66,7 @@ for _spec in (
         direction="lower",
         unit="correct (0/1)",
         label="accuracy (share of examples)",
+        bounds=UNIT,
     ),
     MetricSpec(
         "generation",
@@ -68,13 +75,22 @@ for _spec in (
         null="tolerance",
         headline=0,
         label="answer disagreement (share of variant pairs)",
+        bounds=UNIT,
     ),
-    MetricSpec("generation", "correctness_flip", _ITEM, null="tolerance"),
-    MetricSpec("generation", "flip_rate", _ITEM, null="tolerance"),
-    MetricSpec("generation", "worst_case", _ITEM, direction="lower", unit="correct (0/1)"),
-    MetricSpec("generation", "token_f1_disagreement", _ITEM, tasks=("generation",), null="tolerance"),
+    MetricSpec("generation", "correctness_flip", _ITEM, null="tolerance", bounds=UNIT),
+    MetricSpec("generation", "flip_rate", _ITEM, null="tolerance", bounds=UNIT),
+    MetricSpec("generation", "worst_case", _ITEM, direction="lower", unit="correct (0/1)", bounds=UNIT),
     MetricSpec(
-        "activation", "dispersion_raw", _LAYER_ITEM, unit="cosine distance", null="replicate", sesoi=0.005
+        "generation", "token_f1_disagreement", _ITEM, tasks=("generation",), null="tolerance", bounds=UNIT
+    ),
+    MetricSpec(
+        "activation",
+        "dispersion_raw",
+        _LAYER_ITEM,
+        unit="cosine distance",
+        null="replicate",
+        sesoi=0.005,
+        bounds=(0.0, 2.0),
     ),
     MetricSpec(
         "activation",
@@ -84,7 +100,7 @@ for _spec in (
         headline=0,
         label="dispersion (cosine dist. ÷ between-example dist.)",
     ),
-    MetricSpec("activation", "knn_instability", _LAYER_ITEM, null="tolerance"),
+    MetricSpec("activation", "knn_instability", _LAYER_ITEM, null="tolerance", bounds=UNIT),
     MetricSpec("activation", "replicate_distance", ("layer_scores",), unit="cosine distance"),
     MetricSpec("activation", "cka", _DATASET, direction="lower", unit="linear CKA"),
     MetricSpec("activation", "between_example_distance", _DATASET, unit="cosine distance"),
@@ -99,9 +115,16 @@ for _spec in (
         label="option JS divergence (nats)",
         digits=4,
         sesoi=0.005,
+        bounds=JS_RANGE,
     ),
     MetricSpec(
-        "confidence", "next_token_js", _ITEM, unit="JS divergence (nats)", null="tolerance", tolerance=1e-4
+        "confidence",
+        "next_token_js",
+        _ITEM,
+        unit="JS divergence (nats)",
+        null="tolerance",
+        tolerance=1e-4,
+        bounds=JS_RANGE,
     ),
     MetricSpec(
         "confidence",
@@ -112,9 +135,12 @@ for _spec in (
         headline=1,
         label="SD of P(gold) (probability)",
         sesoi=0.01,
+        bounds=(0.0, 0.5),
     ),
-    MetricSpec("confidence", "p_gold_range", _ITEM, unit="probability", null="replicate", sesoi=0.02),
-    MetricSpec("confidence", "margin_flip", _ITEM, tasks=OPTIONS, null="tolerance"),
+    MetricSpec(
+        "confidence", "p_gold_range", _ITEM, unit="probability", null="replicate", sesoi=0.02, bounds=UNIT
+    ),
+    MetricSpec("confidence", "margin_flip", _ITEM, tasks=OPTIONS, null="tolerance", bounds=UNIT),
     MetricSpec("confidence", "ece", _DATASET, unit="calibration error"),
     MetricSpec("confidence", "ece_spread", _DATASET, unit="calibration error"),
     MetricSpec(
@@ -126,9 +152,15 @@ for _spec in (
         headline=1,
         family="option_permutation",
         label="position kept (share of moved answers)",
+        bounds=UNIT,
     ),
     MetricSpec(
-        "mirroring", "position_chance", _ITEM, tasks=("multiple_choice",), family="option_permutation"
+        "mirroring",
+        "position_chance",
+        _ITEM,
+        tasks=("multiple_choice",),
+        family="option_permutation",
+        bounds=UNIT,
     ),
     MetricSpec(
         "mirroring",
@@ -149,6 +181,7 @@ for _spec in (
         headline=0,
         family="wrong_hint",
         label="shift in P(hinted option) (probability)",
+        bounds=(-1.0, 1.0),
     ),
     MetricSpec(
         "mirroring",
@@ -158,6 +191,7 @@ for _spec in (
         direction="lower",
         null="tolerance",
         family="pair_swap",
+        bounds=UNIT,
     ),
     MetricSpec(
         "mirroring",
@@ -167,6 +201,7 @@ for _spec in (
         null="tolerance",
         headline=2,
         label="prompt echo (share of variants)",
+        bounds=UNIT,
     ),
 ):
     CATALOGUE.add(_spec.name, _spec)
@@ -211,3 +246,21 @@ def check_written(axis: str, scores: list) -> list:
     for written_axis in {s.axis for s in scores} - {axis}:
         raise ValueError(f"a scorer of axis {axis!r} wrote rows of axis {written_axis!r}")
     return scores
+
+
+def sequential_metrics() -> tuple[tuple[str, ...], ...]:
+    """What a sequential unit follows (``sago run --precision``): groups of candidates, of which a unit
+    follows the first it has values for. Accuracy; for each axis its bounded headline metrics in rank
+    order or, for an axis whose headline is unbounded (activation: dispersion is a ratio), its first
+    bounded item metric; and ``flip_rate``, the figure users quote for the generation axis."""
+    groups: list[tuple[str, ...]] = [("accuracy",)]
+    for axis in axes():
+        specs = [CATALOGUE.get(n) for n in CATALOGUE.names()]
+        ranked = [n for n in headline_metrics(axis) if CATALOGUE.get(n).bounds is not None]
+        if not ranked:
+            ranked = [
+                s.name for s in specs if s.axis == axis and s.bounds is not None and "item_scores" in s.tables
+            ][:1]
+        groups.append(tuple(ranked))
+    groups.append(("flip_rate",))
+    return tuple(g for g in groups if g)

@@ -142,6 +142,20 @@ def run_command(
             f"sample of examples (default {defaults.SAMPLE_MEMORY_MB}).",
         ),
     ] = None,
+    precision: Annotated[
+        float | None,
+        typer.Option(
+            "--precision",
+            help="Sequential units: visit examples in a seeded random order and stop once every followed "
+            "metric's anytime-valid 95% confidence sequence has this half-width (in the metric's units).",
+        ),
+    ] = None,
+    budget: Annotated[
+        int | None,
+        typer.Option(
+            "--budget", help="At most this many examples per (model, dataset), in the seeded visiting order."
+        ),
+    ] = None,
     config: Annotated[
         Path | None, typer.Option("--config", help="YAML file with the same settings; options override it.")
     ] = None,
@@ -176,6 +190,8 @@ def run_command(
         "chunk_memory_mb": chunk_memory_mb,
         "sample_memory_mb": sample_memory_mb,
         "base": base,
+        "precision": precision,
+        "budget": budget,
         "stop": tuple(s.replace("\\n", "\n").replace("\\t", "\t") for s in stop) if stop else None,
     }
     if config is not None:

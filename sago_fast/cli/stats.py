@@ -56,7 +56,24 @@ def stats_command(
     result = run_stats(db, run_id, config)
     written = ", ".join(f"{table} {n}" for table, n in result.rows.items())
     typer.echo(f"statistics of run {result.run_id}: {written} rows -> {db}")
+    _print_sequential(db, result.run_id)
     _print_changes(db, result.run_id, alpha)
+
+
+def _print_sequential(db: Path, run_id: str) -> None:
+    """The run's sequential units, if any: where their CIs come from, and why each stopped."""
+    from sago_fast.cli.query import render_table
+    from sago_fast.store import Store, queries
+
+    with Store(db, read_only=True) as store:
+        columns, rows = store.query(queries.STATS_SEQUENTIAL_UNITS, {"run": run_id})
+    if not rows:
+        return
+    typer.echo(
+        f"\nsequential units ({len(rows)}): the CIs of their followed metrics in model_scores are the "
+        "anytime-valid confidence sequences they stopped on (no fixed-n p-value); see confidence_sequences"
+    )
+    typer.echo(render_table(columns, rows))
 
 
 def _print_changes(db: Path, run_id: str, alpha: float) -> None:

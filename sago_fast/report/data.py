@@ -40,6 +40,9 @@ class ReportData:
         default_factory=list
     )
     changes: Table = field(default_factory=lambda: Table([], []))  # significant consecutive changes
+    sequential: Table = field(default_factory=lambda: Table([], []))  # sequential units: why they stopped
+    # model, dataset, metric, examples visited, half-width, precision (each sequential unit's chunks)
+    sequences: list[tuple[str, str, str, int, float, float | None]] = field(default_factory=list)
 
     @property
     def empty(self) -> bool:
@@ -90,6 +93,9 @@ def load_report_data(store: Store, run_id: str | None, n_unstable: int = 10) -> 
     _, data.trajectories = store.query(queries.REPORT_TRAJECTORIES, params)  # type: ignore[assignment]
     columns, rows = store.query(queries.REPORT_CHANGES, params)
     data.changes = Table(columns, [(*r[:9], _p(r[9])) for r in rows])
+    columns, rows = store.query(queries.STATS_SEQUENTIAL_UNITS, params)
+    data.sequential = Table(columns, rows)
+    _, data.sequences = store.query(queries.REPORT_SEQUENCES, params)  # type: ignore[assignment]
     data.unstable = _unstable_examples(store, run_id, n_unstable)
     return data
 

@@ -181,3 +181,26 @@ def training_plot(data: ReportData) -> str:
         ax.set_title(f"{axis} (★ significant change)", fontsize=9)
         ax.legend(fontsize=7)
     return _svg(fig)
+
+
+def sequence_plot(data: ReportData) -> str:
+    """Each sequential unit's confidence-sequence half-width over the examples it visited, one panel per
+    (model, dataset) and one line per followed metric, with the wanted precision as a dashed line."""
+    lines: dict[tuple[str, str], dict[str, list[tuple[int, float]]]] = defaultdict(lambda: defaultdict(list))
+    wanted: dict[tuple[str, str], float | None] = {}
+    for model, dataset, metric, n, half_width, precision in data.sequences:
+        lines[(model, dataset)][metric].append((n, half_width))
+        wanted[(model, dataset)] = precision
+    units = sorted(lines)
+    fig, panels = _figure(len(units), width=3.6)
+    for ax, unit in zip(panels, units, strict=False):
+        for metric, points in sorted(lines[unit].items()):
+            n, width = np.array(sorted(points), dtype=np.float64).T
+            ax.plot(n, width, marker="o", markersize=2, label=metric)
+        if wanted[unit] is not None:
+            ax.axhline(wanted[unit], color="grey", linestyle="--", linewidth=1)
+        ax.set_xlabel("examples visited")
+        ax.set_ylabel("half-width (metric units)", fontsize=8)
+        ax.set_title(f"{unit[0]} × {unit[1]}", fontsize=9)
+        ax.legend(fontsize=6)
+    return _svg(fig)

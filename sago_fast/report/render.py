@@ -84,6 +84,8 @@ def render_report(data: ReportData) -> str:
                 else plots.training_plot(data)
             ),
             changes=data.changes,
+            sequential=data.sequential,
+            sequences=plots.sequence_plot(data) if data.sequences else "",
             unstable=data.unstable,
             significance=data.significance,
         )

@@ -10,6 +10,7 @@ from typing import Any
 from sago_fast import defaults
 from sago_fast.datasets.readers import FieldMap
 from sago_fast.errors import InputError
+from sago_fast.run.sequential import SequentialSettings
 from sago_fast.run.stream import StreamSettings
 from sago_fast.runtime.answering import AnswerSettings
 from sago_fast.runtime.generate import GenerationSettings
@@ -38,7 +39,9 @@ class RunConfig:
     else from the dataset itself; fields: ``NAME=SOURCE`` field mappings for data files (as ``sago
     variants --field``; dotted sources read nested fields, ``answer_offset=1`` for 1-based answers).
     base: the base model of LoRA adapter folders among ``models`` (default: each adapter's
-    ``base_model_name_or_path``).
+    ``base_model_name_or_path``). precision: sequential units that stop once every followed metric's
+    anytime-valid confidence sequence has this half-width (metric units); budget: at most this many
+    examples per (model, dataset), visited in a seeded random order (see :mod:`sago_fast.run.sequential`).
     """
 
     models: tuple[str, ...]
@@ -67,6 +70,8 @@ class RunConfig:
     chunk_memory_mb: float = defaults.CHUNK_MEMORY_MB
     sample_memory_mb: float = defaults.SAMPLE_MEMORY_MB
     base: str | None = None
+    precision: float | None = None
+    budget: int | None = None
 
     def __post_init__(self) -> None:
         if not self.models:
@@ -103,12 +108,17 @@ class RunConfig:
             )
         FieldMap.parse(list(self.fields))  # an unknown field name is one line
         self.stream_settings  # noqa: B018  (validates the memory budgets)
+        self.sequential  # noqa: B018  (validates precision and budget)
         if self.fewshot_from is not None and self.num_fewshot == 0:
             raise InputError("--fewshot-from needs --num-fewshot N (how many demonstrations per prompt)")
 
     @property
     def stream_settings(self) -> StreamSettings:
         return StreamSettings(self.chunk_memory_mb, self.sample_memory_mb, self.seed)
+
+    @property
+    def sequential(self) -> SequentialSettings:
+        return SequentialSettings(self.precision, self.budget, seed=self.seed)
 
     @property
     def generation(self) -> GenerationSettings:

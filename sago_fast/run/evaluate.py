@@ -68,9 +68,13 @@ class ChunkResult:
     index: int
     example_ids: tuple[str, ...]
     n_variants: int
-    n_canonical_correct: int
+    canonical_correct: tuple[bool, ...]  # per example, in example_ids order
     rows: TableRows
     partials: dict[str, Partial]
+
+    @property
+    def n_canonical_correct(self) -> int:
+        return sum(self.canonical_correct)
 
 
 # -- sizes ------------------------------------------------------------------------------------------------
@@ -320,9 +324,9 @@ def score_chunk(
     variants: Sequence[Variant],
     answers: UnitAnswers,
     alone: UnitAnswers,
-) -> tuple[ScoredRows, dict[str, Partial], int]:
-    """Item and layer scores of one chunk, its dataset scorers' partials, and how many of its canonical
-    variants were answered correctly."""
+) -> tuple[ScoredRows, dict[str, Partial], tuple[bool, ...]]:
+    """Item and layer scores of one chunk, its dataset scorers' partials, and whether each example's
+    canonical variant was answered correctly (in example order)."""
     rows_of = examples_in_order(variants)
     scored = ScoredRows()
     outputs = []
@@ -352,8 +356,7 @@ def score_chunk(
         blocks=blocks,
     )
     partials = {name: DATASET_SCORERS.get(name).partial(view) for name in DATASET_SCORERS.names()}
-    n_correct = sum(bool(o.correct[0]) for o in outputs)
-    return scored, partials, n_correct
+    return scored, partials, tuple(bool(o.correct[0]) for o in outputs)
 
 
 def evaluate_chunks(
@@ -378,7 +381,7 @@ def evaluate_chunks(
         answers = answer_variants(model, chunk_examples, chunk_variants, settings)
         canonical = [v for v in chunk_variants if v.is_canonical]
         alone = answer_alone(model, chunk_examples, canonical, settings)
-        scored, partials, n_correct = score_chunk(context, examples, chunk_variants, answers, alone)
+        scored, partials, correct = score_chunk(context, examples, chunk_variants, answers, alone)
         tokenizer = model.tokenizer
         rows: TableRows = {
             "examples": build.example_columns(data.dataset_id, chunk_examples),
@@ -394,7 +397,7 @@ def evaluate_chunks(
         del answers, alone  # the chunk's (Nv, vocab) and hidden-state arrays go before the next chunk's come
         rows = build.concat([rows, again])
         yield ChunkResult(
-            first_index + offset, tuple(chunk_ids), len(chunk_variants), n_correct, rows, partials
+            first_index + offset, tuple(chunk_ids), len(chunk_variants), correct, rows, partials
         )
 
 

@@ -145,19 +145,18 @@ class ParquetShardSink:
         import pyarrow.parquet as pq
 
         ids: list[str] = []
+        values: list[str | None] = []
         n_variants = n_correct = 0
         seconds = 0.0
         folders = self._chunk_folders(run_id, unit_id)
         for folder in folders:
-            row = pq.read_table(
-                folder / "unit_chunks.parquet",
-                columns=["example_ids", "n_variants", "n_canonical_correct", "seconds"],
-            ).to_pylist()[0]
+            row = pq.read_table(folder / "unit_chunks.parquet").to_pylist()[0]
             ids += row["example_ids"]
             n_variants += row["n_variants"]
             n_correct += row["n_canonical_correct"]
             seconds += row["seconds"]
-        return ChunksDone(len(folders), tuple(ids), n_variants, n_correct, seconds)
+            values.append(row.get("sequence_values"))
+        return ChunksDone(len(folders), tuple(ids), n_variants, n_correct, seconds, tuple(values))
 
     def chunk_states(self, run_id: str, unit_id: str) -> list[bytes]:
         import pyarrow.parquet as pq

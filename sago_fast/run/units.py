@@ -157,6 +157,9 @@ def result_settings(config: RunConfig) -> dict[str, object]:
         "fields": config.fields,
         "sample_memory_mb": config.sample_memory_mb,
         "sago_fast": __version__,
+        # only when set: the units of runs without them keep their ids
+        **({"precision": config.precision} if config.precision is not None else {}),
+        **({"budget": config.budget} if config.budget is not None else {}),
     }
 
 

@@ -22,6 +22,14 @@ from sago_fast.errors import raise_if_interrupted
 from sago_fast.run.config import RunConfig
 from sago_fast.run.evaluate import check_fits, evaluate_chunks, finish_unit, model_context
 from sago_fast.run.progress import RunProgress
+from sago_fast.run.sequential import (
+    SequentialTracker,
+    chunk_values,
+    decode_values,
+    encode_values,
+    visiting_order,
+    within_budget,
+)
 from sago_fast.run.units import Unit
 from sago_fast.runtime.progress import NoProgress
 from sago_fast.store import rows as build
@@ -63,6 +71,7 @@ class UnitOutcome:
     context: UnitContext | None = None
     n_examples: int = 0
     n_variants: int = 0
+    stop_reason: str | None = None  # a sequential unit: precision | budget | exhausted
 
 
 def evaluate_checkpoint(
@@ -135,25 +144,56 @@ def _evaluate(
             run_id, model.model_id, unit.aliases or (model.checkpoint,)
         ),
     }
+    sequential = config.sequential
+    ordered = variants
+    tracker: SequentialTracker | None = None
+    if sequential.active:  # the seeded visiting order, within the budget (see sago_fast.run.sequential)
+        ordered = within_budget(visiting_order(variants, sequential.seed), sequential.budget)
+        available = len({v.example_id for v in ordered})
+        tracker = SequentialTracker(sequential, horizon=available)
+        for text in done.sequence_values:  # a resumed unit: the committed chunks' values again
+            tracker.add(decode_values(text))
+    stop: str | None = None
     try:
         label = f"{model.checkpoint.display_path.name} × {data.name}"
         model.progress = progress.unit_started(label) if progress is not None else NoProgress()
         settings = config.answer_settings
         stream = config.stream_settings
         check_fits(model, data, variants, settings)
-        context = model_context(model, variants, stream)
+        context = model_context(model, ordered, stream)
         chunk_start = time.perf_counter()
-        for chunk in evaluate_chunks(
+        chunks = evaluate_chunks(
             model,
             data,
-            variants,
+            ordered,
             settings,
             context,
             stream,
             done=frozenset(done.example_ids),
             first_index=done.n_chunks,
-        ):
+        )
+        if tracker is not None and tracker.settled:  # stopped before an interruption: nothing to add
+            chunks = iter(())
+            stop = "precision"
+        for chunk in chunks:
             seconds = time.perf_counter() - chunk_start
+            sequence: TableRows = {}
+            values_json = None
+            if tracker is not None:
+                values = chunk_values(chunk.example_ids, chunk.canonical_correct, chunk.rows["item_scores"])
+                values_json = encode_values(values)
+                bounds = tracker.add(values)
+                sequence["confidence_sequences"] = build.sequence_columns(
+                    run_id,
+                    unit.unit_id,
+                    model.model_id,
+                    data.dataset_id,
+                    chunk.index,
+                    tracker.n_examples,
+                    bounds,
+                    sequential.precision,
+                    sequential.alpha,
+                )
             record = build.chunk_columns(
                 run_id,
                 unit.unit_id,
@@ -165,16 +205,23 @@ def _evaluate(
                 chunk.n_canonical_correct,
                 seconds,
                 pack_partials(chunk.partials),
+                values_json,
             )
             rows = {
                 **shared,
                 **build.with_identity(chunk.rows, run_id, model.model_id, data.dataset_id),
                 "unit_chunks": record,
+                **sequence,
             }
             yield ChunkOutcome(
                 unit.unit_id, where, data.dataset_id, chunk.index, len(chunk.example_ids), rows, seconds
             )
+            if tracker is not None and tracker.settled:
+                stop = "precision"
+                break
             chunk_start = time.perf_counter()
+        if tracker is not None and stop is None:
+            stop = "budget" if available < len(data.examples) else "exhausted"
     except Exception as exc:
         raise_if_interrupted(exc)
         yield UnitOutcome(
@@ -184,6 +231,15 @@ def _evaluate(
     finally:
         model.progress.close()
         model.progress = NoProgress()
+    if stop is not None:
+        log.info(
+            "%s × %s: sequential unit stopped (%s) after %d of %d examples",
+            where,
+            data.name,
+            stop,
+            tracker.n_examples if tracker is not None else 0,
+            len(data.examples),
+        )
     yield UnitOutcome(
         unit.unit_id,
         where,
@@ -196,6 +252,7 @@ def _evaluate(
         context,
         len(data.examples),
         len(variants),
+        stop,
     )
 
 
@@ -215,7 +272,8 @@ def finish_rows(
     rows = build.with_identity(
         finish_unit(outcome.context, partials), run_id, outcome.model_id, outcome.dataset_id
     )
-    n = outcome.n_examples
+    sequential = outcome.stop_reason is not None
+    n = len(chunks.example_ids) if sequential else outcome.n_examples  # a sequential unit: those it used
     rows["units"] = build.unit_columns(
         run_id,
         unit.unit_id,
@@ -224,10 +282,12 @@ def finish_rows(
         shard=unit.shard,
         checkpoint=outcome.checkpoint,
         n_examples=n,
-        n_variants=outcome.n_variants,
+        n_variants=chunks.n_variants if sequential else outcome.n_variants,
         accuracy=chunks.n_canonical_correct / n if n else float("nan"),
         seconds=chunks.seconds,
         provider=outcome.provider,
         n_chunks=chunks.n_chunks,
+        stop_reason=outcome.stop_reason,
+        examples_available=outcome.n_examples if sequential else None,
     )
     return {**outcome.rows, **rows}

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
+from sago_fast.axes.catalogue import metric as catalogue_metric
 from sago_fast.stats.changes import checkpoint_changes, training_runs
 from sago_fast.stats.config import sesoi_for
 from sago_fast.stats.data import ACCURACY, AXES, Key, RunData
@@ -112,6 +113,7 @@ def compute_stats(data: RunData, config: StatsConfig = StatsConfig()) -> StatsTa
 
 
 # --- model_scores -------------------------------------------------------------------------------------
+SEQUENCE_TEST = "anytime-valid confidence sequence (sequential unit)"
 
 
 def _model_scores(data: RunData, config: StatsConfig, out: Columns) -> None:
@@ -147,6 +149,12 @@ def score_metric(data: RunData, key: Key, config: StatsConfig) -> dict[str, Any]
             low, high = paired.low + null.value, paired.high + null.value
         gap = result.estimate - null.value
         effect = gap if null.alternative == "greater" else -gap
+    sequence = data.sequences.get((model, dataset, metric))
+    if sequence is not None and family == catalogue_metric(metric).family:
+        # a sequential unit stopped on these very values: a fixed-n CI and p-value would not hold, the
+        # anytime-valid confidence sequence does (it is the CI; no p-value)
+        low, high = sequence
+        p, test = None, SEQUENCE_TEST
     return {
         "run_id": data.run_id,
         "model_id": model,

@@ -43,6 +43,8 @@ class RunData:
     model_names: dict[str, str] = field(default_factory=dict)
     dataset_names: dict[str, str] = field(default_factory=dict)
     positions: list[tuple[str, str, int]] = field(default_factory=list)  # (model, training run, step)
+    # sequential units: (model, dataset, metric) -> (lower, upper) of the final confidence sequence
+    sequences: dict[tuple[str, str, str], tuple[float, float]] = field(default_factory=dict)
 
     @property
     def models(self) -> list[str]:
@@ -107,6 +109,10 @@ def load_run(store: Store, run_id: str) -> RunData:
     data.model_names = dict(store.query(queries.STATS_MODEL_NAMES)[1])
     data.positions = [tuple(r) for r in store.query(queries.STATS_CHECKPOINT_POSITIONS, {"run": run_id})[1]]  # type: ignore[misc]
     data.dataset_names = dict(store.query(queries.STATS_DATASET_NAMES)[1])
+    for model, dataset, metric, lower, upper, _ in store.query(
+        queries.STATS_FINAL_SEQUENCES, {"run": run_id}
+    )[1]:
+        data.sequences[(model, dataset, metric)] = (float(lower), float(upper))
     return data
 
 

@@ -410,4 +410,30 @@ MIGRATIONS: tuple[Migration, ...] = (
           ON (c.model_a = p.quantized AND c.model_b = p.reference) OR (c.model_b = p.quantized AND c.model_a = p.reference);
         """,
     ),
+    Migration(
+        11,
+        "sequential units: why each stopped, the examples it could have used, each chunk's followed values "
+        "and the confidence sequences after each chunk",
+        """
+        ALTER TABLE units ADD COLUMN stop_reason VARCHAR;
+        ALTER TABLE units ADD COLUMN examples_available INTEGER;
+        ALTER TABLE unit_chunks ADD COLUMN sequence_values VARCHAR;
+        CREATE TABLE confidence_sequences (
+            run_id VARCHAR NOT NULL,
+            unit_id VARCHAR NOT NULL,
+            model_id VARCHAR NOT NULL,
+            dataset_id VARCHAR NOT NULL,
+            chunk INTEGER NOT NULL,
+            n_examples INTEGER NOT NULL,
+            metric VARCHAR NOT NULL,
+            n_values INTEGER NOT NULL,
+            estimate DOUBLE,
+            lower DOUBLE,
+            upper DOUBLE,
+            half_width DOUBLE,
+            precision DOUBLE,
+            alpha DOUBLE
+        );
+        """,
+    ),
 )

@@ -104,6 +104,14 @@ FROM checkpoint_changes c JOIN (SELECT dataset_id, any_value(name) AS name FROM 
 WHERE c.run_id = $run AND c.significant
 ORDER BY 1, 2, 3, 5
 """
+REPORT_SEQUENCES = """
+SELECT m.name AS model, d.name AS dataset, s.metric, s.n_examples, s.half_width, s.precision
+FROM confidence_sequences s
+JOIN (SELECT model_id, any_value(model) AS name FROM model_names GROUP BY 1) m USING (model_id)
+JOIN (SELECT dataset_id, any_value(name) AS name FROM datasets GROUP BY 1) d USING (dataset_id)
+WHERE s.run_id = $run
+ORDER BY 1, 2, 3, 4
+"""
 REPORT_LAYERS = """
         SELECT any_value(m.model), any_value(d.name), l.layer, avg(l.value)
         FROM layer_scores l JOIN model_names m USING (model_id) JOIN datasets d USING (dataset_id)
@@ -181,6 +189,24 @@ STATS_CHECKPOINT_POSITIONS = """
         ORDER BY training_run, step, checkpoint
         """
 STATS_N_CHANGES = "SELECT count(*) FROM checkpoint_changes WHERE run_id = $run"
+# each sequential unit's followed metrics after its last chunk: the confidence sequences the stats use
+STATS_FINAL_SEQUENCES = """
+        SELECT s.model_id, s.dataset_id, s.metric, s.lower, s.upper, s.n_values
+        FROM confidence_sequences s
+        JOIN (SELECT unit_id, max(chunk) AS chunk FROM confidence_sequences WHERE run_id = $run GROUP BY 1) last
+          ON last.unit_id = s.unit_id AND last.chunk = s.chunk
+        WHERE s.run_id = $run
+        ORDER BY 1, 2, 3
+        """
+STATS_SEQUENTIAL_UNITS = """
+        SELECT m.name AS model, d.name AS dataset, u.stop_reason, u.n_examples AS examples_used,
+               u.examples_available
+        FROM units u
+        JOIN (SELECT model_id, any_value(model) AS name FROM model_names GROUP BY 1) m USING (model_id)
+        JOIN (SELECT dataset_id, any_value(name) AS name FROM datasets GROUP BY 1) d USING (dataset_id)
+        WHERE u.run_id = $run AND u.stop_reason IS NOT NULL
+        ORDER BY 1, 2
+        """
 STATS_CHANGES = """
         SELECT regexp_extract(c.training_run, '[^/]+$') AS training_run, d.name AS dataset, c.axis, c.metric,
                c.step_from, c.step_to, c.mean_from, c.mean_to, c.change, c.ci_low, c.ci_high, c.p_adjusted

@@ -266,8 +266,11 @@ def unit_columns(
     seconds: float,
     provider: str,
     n_chunks: int,
+    stop_reason: str | None = None,
+    examples_available: int | None = None,
 ) -> Columns:
-    """The ``units`` row: the unit's done mark, written with its last rows."""
+    """The ``units`` row: the unit's done mark, written with its last rows (a sequential unit: why it
+    stopped and how many examples it could have used)."""
     return {
         "run_id": [run_id],
         "unit_id": [unit_id],
@@ -283,6 +286,8 @@ def unit_columns(
         "provider": [provider],
         "finished_at": [now()],
         "n_chunks": [n_chunks],
+        "stop_reason": [stop_reason],
+        "examples_available": [examples_available],
     }
 
 
@@ -297,8 +302,10 @@ def chunk_columns(
     n_canonical_correct: int,
     seconds: float,
     state: bytes,
+    sequence_values: str | None = None,
 ) -> Columns:
-    """The ``unit_chunks`` row of a committed chunk (``state``: its dataset scorers' partials)."""
+    """The ``unit_chunks`` row of a committed chunk (``state``: its dataset scorers' partials;
+    ``sequence_values``: a sequential unit's followed values, JSON)."""
     return {
         "run_id": [run_id],
         "unit_id": [unit_id],
@@ -312,4 +319,37 @@ def chunk_columns(
         "seconds": [float(seconds)],
         "finished_at": [now()],
         "state": [state],
+        "sequence_values": [sequence_values],
+    }
+
+
+def sequence_columns(
+    run_id: str,
+    unit_id: str,
+    model_id: str,
+    dataset_id: str,
+    chunk: int,
+    n_examples: int,
+    bounds: Sequence[Any],
+    precision: float | None,
+    alpha: float,
+) -> Columns:
+    """``confidence_sequences`` rows of one chunk: each followed metric's sequence after it
+    (``bounds``: :class:`~sago_fast.run.sequential.MetricBounds`)."""
+    n = len(bounds)
+    return {
+        "run_id": [run_id] * n,
+        "unit_id": [unit_id] * n,
+        "model_id": [model_id] * n,
+        "dataset_id": [dataset_id] * n,
+        "chunk": [chunk] * n,
+        "n_examples": [n_examples] * n,
+        "metric": [b.metric for b in bounds],
+        "n_values": [b.n for b in bounds],
+        "estimate": [b.estimate for b in bounds],
+        "lower": [b.lower for b in bounds],
+        "upper": [b.upper for b in bounds],
+        "half_width": [b.half_width for b in bounds],
+        "precision": [precision] * n,
+        "alpha": [alpha] * n,
     }

@@ -56,6 +56,7 @@ class ChunksDone:
     n_variants: int
     n_canonical_correct: int
     seconds: float
+    sequence_values: tuple[str | None, ...] = ()  # per chunk, in order: a sequential unit's followed values
 
 
 class Store:
@@ -219,12 +220,13 @@ class Store:
         """What a unit has committed chunk by chunk (an unfinished unit resumes after it)."""
         _, rows = self.query(
             """SELECT count(*), coalesce(flatten(list(example_ids ORDER BY chunk)), []),
-                      coalesce(sum(n_variants), 0), coalesce(sum(n_canonical_correct), 0), coalesce(sum(seconds), 0)
+                      coalesce(sum(n_variants), 0), coalesce(sum(n_canonical_correct), 0), coalesce(sum(seconds), 0),
+                      coalesce(list(sequence_values ORDER BY chunk), [])
                FROM unit_chunks WHERE run_id = $run AND unit_id = $unit""",
             {"run": run_id, "unit": unit_id},
         )
-        n, ids, n_variants, n_correct, seconds = rows[0]
-        return ChunksDone(int(n), tuple(ids), int(n_variants), int(n_correct), float(seconds))
+        n, ids, n_variants, n_correct, seconds, values = rows[0]
+        return ChunksDone(int(n), tuple(ids), int(n_variants), int(n_correct), float(seconds), tuple(values))
 
     def chunk_states(self, run_id: str, unit_id: str) -> list[bytes]:
         """The committed chunks' dataset-scorer states, in chunk order."""

@@ -1,0 +1,206 @@
+"""Sequential units: stop when the answer is known (``sago run --precision H`` / ``--budget N``).
+
+A sequential unit visits its dataset's examples in one seeded random order (:func:`visiting_order`: a
+hash of the seed and the example id, so every model of a run sees the same order and paired comparisons
+stay paired), at most ``budget`` of them, chunk by chunk. After each chunk it updates an anytime-valid
+confidence sequence (:mod:`sago_fast.stats.sequential`) for each followed metric (:func:`followed_metrics`)
+from the per-example values, in visiting order, on the catalogue's bounds, and stops when every sequence
+is within ``precision`` of its estimate (half-width <= H), when the budget is spent, or when the data is.
+
+Everything is a function of the committed values and their order: a resumed unit feeds the values of its
+committed chunks again and reaches the same bounds and the same stopping point as an uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from sago_fast.axes.catalogue import metric as metric_spec
+from sago_fast.axes.catalogue import sequential_metrics
+from sago_fast.errors import InputError
+from sago_fast.stats.sequential import BettingSequence, Scale, Tuning
+from sago_fast.types import Variant
+
+STOP_REASONS = ("precision", "budget", "exhausted")
+ACCURACY = "accuracy"
+
+
+@dataclass(frozen=True)
+class SequentialSettings:
+    """precision: the wanted half-width of every followed metric, in the metric's units (None: none);
+    budget: at most this many examples per (model, dataset) (None: all); alpha: 1 - the sequences'
+    coverage; seed: the visiting order's seed."""
+
+    precision: float | None = None
+    budget: int | None = None
+    alpha: float = 0.05
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.precision is not None and not (
+            isinstance(self.precision, (int, float)) and self.precision > 0
+        ):
+            raise InputError(f"--precision (precision) must be a positive half-width, not {self.precision!r}")
+        if self.budget is not None and not (isinstance(self.budget, int) and self.budget >= 1):
+            raise InputError(f"--budget (budget) must be a positive number of examples, not {self.budget!r}")
+        if not 0 < self.alpha < 1:
+            raise InputError(f"alpha must be in (0, 1), not {self.alpha!r}")
+
+    @property
+    def active(self) -> bool:
+        return self.precision is not None or self.budget is not None
+
+
+def visiting_order(variants: Sequence[Variant], seed: int) -> list[Variant]:
+    """``variants`` grouped by example, the examples in the seeded order (by sha256 of seed and example
+    id: independent of the dataset's row order and of the model), each example's variants as given."""
+    by_example: dict[str, list[Variant]] = {}
+    for variant in variants:
+        by_example.setdefault(variant.example_id, []).append(variant)
+
+    def rank(example_id: str) -> str:
+        return hashlib.sha256(f"{seed}:{example_id}".encode()).hexdigest()
+
+    return [v for example_id in sorted(by_example, key=rank) for v in by_example[example_id]]
+
+
+def within_budget(variants: Sequence[Variant], budget: int | None) -> list[Variant]:
+    """The variants of the first ``budget`` examples (in the order given)."""
+    if budget is None:
+        return list(variants)
+    kept: set[str] = set()
+    out = []
+    for variant in variants:
+        if variant.example_id not in kept and len(kept) >= budget:
+            continue
+        kept.add(variant.example_id)
+        out.append(variant)
+    return out
+
+
+def followed_metrics(available: set[str]) -> tuple[str, ...]:
+    """The metrics a unit follows, given those its first chunk has values for: of each group of
+    :func:`~sago_fast.axes.catalogue.sequential_metrics`, the first available."""
+    chosen = []
+    for group in sequential_metrics():
+        first = next((name for name in group if name in available), None)
+        if first is not None:
+            chosen.append(first)
+    return tuple(chosen)
+
+
+def chunk_values(
+    example_ids: Sequence[str], canonical_correct: Sequence[bool], item_scores: Mapping[str, Sequence[Any]]
+) -> dict[str, list[float]]:
+    """Per followed-capable metric, its per-example values in the chunk's example order (examples
+    without a finite value left out): accuracy from the canonical answers, the rest from the chunk's
+    ``item_scores`` columns at the family the catalogue reads the metric at."""
+    wanted = {name for group in sequential_metrics() for name in group} - {ACCURACY}
+    found: dict[tuple[str, str], float] = {}
+    for example_id, name, family, value in zip(
+        item_scores.get("example_id", []),
+        item_scores.get("metric", []),
+        item_scores.get("family", []),
+        item_scores.get("value", []),
+        strict=True,
+    ):
+        if name in wanted and family == metric_spec(name).family and np.isfinite(value):
+            found[(name, example_id)] = float(value)
+    values: dict[str, list[float]] = {ACCURACY: [float(c) for c in canonical_correct]}
+    for name in sorted(wanted):
+        present = [found[(name, e)] for e in example_ids if (name, e) in found]
+        if present:
+            values[name] = present
+    return values
+
+
+@dataclass(frozen=True)
+class MetricBounds:
+    """One followed metric's confidence sequence after a chunk."""
+
+    metric: str
+    n: int  # examples with a value so far
+    estimate: float
+    lower: float
+    upper: float
+
+    @property
+    def half_width(self) -> float:
+        return (self.upper - self.lower) / 2
+
+
+@dataclass
+class SequentialTracker:
+    """The followed metrics' confidence sequences of one unit, fed chunk by chunk (in visiting order).
+
+    horizon: the most examples the unit can visit (budget or data), which the bets are tuned within."""
+
+    settings: SequentialSettings
+    horizon: int
+    metrics: tuple[str, ...] = ()
+    n_examples: int = 0
+    sequences: dict[str, BettingSequence] = field(default_factory=dict)
+    values: dict[str, list[float]] = field(default_factory=dict)
+
+    def add(self, chunk: Mapping[str, Sequence[float]]) -> list[MetricBounds]:
+        """Feed one chunk's values (:func:`chunk_values`); returns every followed metric's bounds now."""
+        if not self.metrics:
+            self.metrics = followed_metrics(set(chunk))
+            for name in self.metrics:
+                scale = self._scale(name)
+                wanted = self.settings.precision
+                tuning = Tuning(scale.width_to_unit(wanted) if wanted else None, self.horizon)
+                self.sequences[name] = BettingSequence(self.settings.alpha, tuning)
+                self.values[name] = []
+        self.n_examples += len(chunk.get(ACCURACY, ()))
+        for name in self.metrics:
+            new = list(chunk.get(name, ()))
+            self.sequences[name].extend(self._scale(name).to_unit(new))
+            self.values[name] += new
+        return self.bounds()
+
+    def bounds(self) -> list[MetricBounds]:
+        out = []
+        for name in self.metrics:
+            scale = self._scale(name)
+            lower, upper = self.sequences[name].bounds()
+            seen = self.values[name]
+            out.append(
+                MetricBounds(
+                    name,
+                    len(seen),
+                    float(np.mean(seen)) if seen else float("nan"),
+                    scale.from_unit(lower),
+                    scale.from_unit(upper),
+                )
+            )
+        return out
+
+    @property
+    def settled(self) -> bool:
+        """Every followed metric within the wanted precision (never, without one)."""
+        wanted = self.settings.precision
+        if wanted is None or not self.metrics:
+            return False
+        return all(b.half_width <= wanted for b in self.bounds())
+
+    @staticmethod
+    def _scale(name: str) -> Scale:
+        bounds = metric_spec(name).bounds
+        assert bounds is not None, f"{name} is followed but has no bounds"
+        return Scale(*bounds)
+
+
+def encode_values(values: Mapping[str, Sequence[float]]) -> str:
+    """A chunk's followed values as stored in ``unit_chunks.sequence_values`` (JSON, exact floats)."""
+    return json.dumps({k: list(v) for k, v in values.items()}, sort_keys=True)
+
+
+def decode_values(text: str | None) -> dict[str, list[float]]:
+    return {k: [float(x) for x in v] for k, v in json.loads(text).items()} if text else {}
