@@ -42,13 +42,13 @@ WORDS = (
 ).split()
 
 
-def mmlu_like(path: Path, n: int, seed: int = 0) -> Path:
-    """``n`` MMLU-format rows (question, A-D, answer letter), seeded."""
+def mmlu_like(path: Path, n: int, seed: int = 0, question_words: int = 60) -> Path:
+    """``n`` MMLU-format rows (a question of ``question_words`` words, A-D, answer letter), seeded."""
     rng = np.random.default_rng(seed)
     with path.open("w", newline="", encoding="utf-8") as f:
         writer = csv.writer(f)
         for i in range(n):
-            question = " ".join(rng.choice(WORDS, size=60)).capitalize() + f" (item {i})?"
+            question = " ".join(rng.choice(WORDS, size=question_words)).capitalize() + f" (item {i})?"
             options = [" ".join(rng.choice(WORDS, size=5)) for _ in range(4)]
             writer.writerow([question, *options, "ABCD"[i % 4]])
     return path

