@@ -85,6 +85,34 @@ def shared_prefixes(db: Path, folder: Path) -> tuple[dict[str, float], float]:
     return {family: float(np.mean(v)) for family, v in sorted(shares.items())}, tree / total
 
 
+def tokens_through_model(folder: Path, data: Path, cache: Path) -> tuple[float, float]:
+    """(tokens through the model per output, prompt tokens per output) of the run's answering, in this
+    process: every variant (shared prefixes, option blocks) and the canonical replicates, one at a time."""
+    import sago_fast
+    from sago_fast.run.config import RunConfig
+    from sago_fast.run.evaluate import answer_alone, answer_variants
+    from sago_fast.run.units import plan_run
+
+    config = RunConfig(
+        models=(str(folder),),
+        datasets=(f"mmlu:{data}",),
+        db=Path("unused.duckdb"),  # nothing is written: plan and answer only
+        variants_per_family=1,
+        cache_dir=cache,
+    )
+    plan = plan_run(config)
+    dataset = next(iter(plan.datasets.values()))
+    variants = plan.variants[dataset.dataset_id]
+    with sago_fast.load_model(folder, cache_dir=cache) as model:
+        settings = config.answer_settings
+        first = answer_variants(model, dataset.examples, variants, settings)
+        canonical = [v for v in variants if v.is_canonical]
+        again = answer_alone(model, dataset.examples, canonical, settings)
+        outputs = len(variants) + len(canonical)
+        prompt = sum(len(ids) for ids in model.tokenize([v.prompt for v in [*variants, *canonical]]))
+    return (first.tokens_processed + again.tokens_processed) / outputs, prompt / outputs
+
+
 def write_task(work: Path, rows: list[dict]) -> Path:
     """An lm-eval task folder (YAML + JSONL docs) over sago's canonical prompts."""
     folder = work / "lm_eval_task"
@@ -207,6 +235,11 @@ def main() -> None:
         f"  prompt tokens per output {prompt_tokens / n_outputs:.0f}; the whole run's prompt tokens/s "
         f"{prompt_tokens / med_sago:.0f} (every pass, start-up included) vs ONNX Runtime alone "
         f"{probe['engines']['sago']['tokens_per_s']:.0f} tokens/s (sago bench, 16 x 100 tokens)"
+    )
+    through, prompt = tokens_through_model(folder, data, cache)
+    print(
+        f"  tokens through the model per output: {through:.0f} for prompts of {prompt:.0f} "
+        f"({through / prompt:.2f}x: shared prefixes once, each 4-option variant's options in one block row)"
     )
     shares, tree = shared_prefixes(db, folder)
     print("  prompt tokens a rendering shares as a prefix with its canonical prompt, per family:")

@@ -197,6 +197,21 @@ class SequentialTracker:
         return Scale(*bounds)
 
 
+def start_sequence(
+    variants: Sequence[Variant], settings: SequentialSettings, committed: Sequence[str | None] = ()
+) -> tuple[list[Variant], SequentialTracker | None]:
+    """The variants a unit visits, in visiting order within the budget, and its tracker, fed the values
+    of the chunks an earlier invocation committed (``unit_chunks.sequence_values``, in chunk order).
+    Not sequential: the variants as given and no tracker."""
+    if not settings.active:
+        return list(variants), None
+    ordered = within_budget(visiting_order(variants, settings.seed), settings.budget)
+    tracker = SequentialTracker(settings, horizon=len({v.example_id for v in ordered}))
+    for text in committed:
+        tracker.add(decode_values(text))
+    return ordered, tracker
+
+
 def encode_values(values: Mapping[str, Sequence[float]]) -> str:
     """A chunk's followed values as stored in ``unit_chunks.sequence_values`` (JSON, exact floats)."""
     return json.dumps({k: list(v) for k, v in values.items()}, sort_keys=True)

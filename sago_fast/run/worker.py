@@ -22,14 +22,7 @@ from sago_fast.errors import raise_if_interrupted
 from sago_fast.run.config import RunConfig
 from sago_fast.run.evaluate import check_fits, evaluate_chunks, finish_unit, model_context
 from sago_fast.run.progress import RunProgress
-from sago_fast.run.sequential import (
-    SequentialTracker,
-    chunk_values,
-    decode_values,
-    encode_values,
-    visiting_order,
-    within_budget,
-)
+from sago_fast.run.sequential import chunk_values, encode_values, start_sequence
 from sago_fast.run.units import Unit
 from sago_fast.runtime.progress import NoProgress
 from sago_fast.store import rows as build
@@ -145,14 +138,7 @@ def _evaluate(
         ),
     }
     sequential = config.sequential
-    ordered = variants
-    tracker: SequentialTracker | None = None
-    if sequential.active:  # the seeded visiting order, within the budget (see sago_fast.run.sequential)
-        ordered = within_budget(visiting_order(variants, sequential.seed), sequential.budget)
-        available = len({v.example_id for v in ordered})
-        tracker = SequentialTracker(sequential, horizon=available)
-        for text in done.sequence_values:  # a resumed unit: the committed chunks' values again
-            tracker.add(decode_values(text))
+    ordered, tracker = start_sequence(variants, sequential, done.sequence_values)
     stop: str | None = None
     try:
         label = f"{model.checkpoint.display_path.name} × {data.name}"
@@ -179,7 +165,7 @@ def _evaluate(
             seconds = time.perf_counter() - chunk_start
             sequence: TableRows = {}
             values_json = None
-            if tracker is not None:
+            if tracker is not None:  # the followed metrics' values and sequences go in with the chunk
                 values = chunk_values(chunk.example_ids, chunk.canonical_correct, chunk.rows["item_scores"])
                 values_json = encode_values(values)
                 bounds = tracker.add(values)
@@ -191,8 +177,7 @@ def _evaluate(
                     chunk.index,
                     tracker.n_examples,
                     bounds,
-                    sequential.precision,
-                    sequential.alpha,
+                    sequential,
                 )
             record = build.chunk_columns(
                 run_id,
@@ -221,7 +206,7 @@ def _evaluate(
                 break
             chunk_start = time.perf_counter()
         if tracker is not None and stop is None:
-            stop = "budget" if available < len(data.examples) else "exhausted"
+            stop = "budget" if tracker.horizon < len(data.examples) else "exhausted"
     except Exception as exc:
         raise_if_interrupted(exc)
         yield UnitOutcome(

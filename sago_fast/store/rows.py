@@ -331,11 +331,11 @@ def sequence_columns(
     chunk: int,
     n_examples: int,
     bounds: Sequence[Any],
-    precision: float | None,
-    alpha: float,
+    settings: Any,
 ) -> Columns:
-    """``confidence_sequences`` rows of one chunk: each followed metric's sequence after it
-    (``bounds``: :class:`~sago_fast.run.sequential.MetricBounds`)."""
+    """``confidence_sequences`` rows of one chunk: each followed metric's sequence after it (``bounds``:
+    :class:`~sago_fast.run.sequential.MetricBounds`; ``n_examples``: visited so far; ``settings``: the
+    unit's :class:`~sago_fast.run.sequential.SequentialSettings`)."""
     n = len(bounds)
     return {
         "run_id": [run_id] * n,
@@ -350,6 +350,6 @@ def sequence_columns(
         "lower": [b.lower for b in bounds],
         "upper": [b.upper for b in bounds],
         "half_width": [b.half_width for b in bounds],
-        "precision": [precision] * n,
-        "alpha": [alpha] * n,
+        "precision": [settings.precision] * n,
+        "alpha": [settings.alpha] * n,
     }
