@@ -113,6 +113,7 @@ def run(
                 _write(sink, where, write)
                 examples_done[outcome.unit_id] = examples_done.get(outcome.unit_id, 0) + outcome.n_examples
                 total = len(plan.datasets[outcome.dataset_id].examples)
+                total = min(total, config.budget) if config.budget is not None else total  # at most
                 shown.examples(where, examples_done[outcome.unit_id], total)
                 continue
             if outcome.rows is None:
