@@ -206,7 +206,7 @@ class TokenCounter:
         counter = self
         prefill, target_logprobs = self.saved
 
-        def counted_prefill(model, token_ids, continuations=None, generation=None):
+        def counted_prefill(model, token_ids, continuations=None, generation=None, share_keys=None):
             if before and continuations is not None and generation is None:
                 probe = prefill(model, token_ids)
                 pairs = [(i, c) for i, conts in enumerate(continuations) for c in conts]
@@ -219,7 +219,7 @@ class TokenCounter:
                 counter.prompt_tokens += sum(map(len, token_ids))
                 counter.tokens += probe.tokens_processed + sum(len(token_ids[i]) + len(c) for i, c in pairs)
                 return type(probe)(probe.probe, scored, None, probe.tokens_processed)
-            result = prefill(model, token_ids, continuations, generation)
+            result = prefill(model, token_ids, continuations, generation, share_keys=share_keys)
             counter.tokens += result.tokens_processed
             counter.prompt_tokens += sum(map(len, token_ids))
             return result
