@@ -347,3 +347,57 @@ def test_two_quantisations_are_siblings_of_one_graph(smol, smol_cache, tmp_path,
     manifest = json.loads((exports / q8_entry / "manifest.json").read_text())
     assert manifest["graph_from"] == q4_entry  # re-weighted, not exported
     assert compared == [("Q4_1", "Q8_0")]
+
+
+# --- sequential units on the real model -----------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_precision_stops_a_real_run_early_and_the_full_run_lies_inside(
+    smol, smol_cache, tmp_path, monkeypatch
+):
+    """SmolLM2 on 700 MMLU-like items (random words: accuracy near chance, the widest 0/1 case):
+    ``--precision 0.05`` stops before the end with every followed half-width <= 0.05, and the full run's
+    estimates lie inside the final sequences (``benchmarks/bench_sequential.py`` prints the same)."""
+    import csv
+
+    import duckdb
+
+    from sago_fast.run import RunConfig, run
+    from tests.integration.test_sequential_run import FINAL_AND_FULL
+
+    monkeypatch.setenv("SAGO_CACHE_DIR", str(smol_cache))
+    rng = np.random.default_rng(0)
+    words = (
+        "time year people way day man thing woman life child world school state family student group".split()
+    )
+    data = tmp_path / "mmlu.csv"
+    with data.open("w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f)
+        for i in range(700):
+            question = " ".join(rng.choice(words, size=20)).capitalize() + f" (item {i})?"
+            writer.writerow(
+                [question, *(" ".join(rng.choice(words, size=5)) for _ in range(4)), "ABCD"[i % 4]]
+            )
+    common = dict(
+        models=(str(GGUF),),
+        datasets=(f"mmlu:{data}",),
+        families=("typo", "option_permutation"),
+        variants_per_family=1,
+        chunk_memory_mb=32.0,
+        stats=False,
+        cache_dir=smol_cache / "exports",
+    )
+    run(RunConfig(db=tmp_path / "seq.duckdb", precision=0.05, **common), progress=False)
+    run(RunConfig(db=tmp_path / "full.duckdb", **common), progress=False)
+    con = duckdb.connect(str(tmp_path / "full.duckdb"), read_only=True)
+    con.execute(f"ATTACH '{tmp_path / 'seq.duckdb'}' AS seq (READ_ONLY)")
+    ((reason, used, available),) = con.execute(
+        "SELECT stop_reason, n_examples, examples_available FROM seq.units"
+    ).fetchall()
+    assert reason == "precision" and used < available == 700
+    checked = con.execute(FINAL_AND_FULL).fetchall()
+    con.close()
+    assert {m for m, *_ in checked} >= {"accuracy", "flip_rate", "option_js"}
+    for metric, mean, lower, upper, half_width in checked:
+        assert half_width <= 0.05 and lower <= mean <= upper, (metric, half_width, mean, lower, upper)

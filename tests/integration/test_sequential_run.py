@@ -13,6 +13,20 @@ from tests.integration.test_units import sago_cmd, sigkill_at
 
 PRECISION = 0.3
 LIMIT = 120
+# each followed metric's final sequence (attached as ``seq``) beside the full run's mean (main)
+FINAL_AND_FULL = """
+    WITH last AS (SELECT * FROM seq.confidence_sequences
+                  WHERE chunk = (SELECT max(chunk) FROM seq.confidence_sequences)),
+    full_means AS (
+        SELECT 'accuracy' AS metric, avg(o.correct::DOUBLE) AS mean FROM outputs o JOIN variants v
+          USING (dataset_id, variant_id) WHERE v.is_canonical AND o.replicate = 0
+        UNION ALL
+        SELECT metric, avg(value) FROM item_scores
+        WHERE (metric IN ('flip_rate', 'answer_disagreement', 'dispersion_raw', 'option_js') AND family IS NULL)
+           OR (metric = 'position_mirroring' AND family = 'option_permutation')
+        GROUP BY metric)
+    SELECT l.metric, f.mean, l.lower, l.upper, l.half_width FROM last l JOIN full_means f USING (metric)
+"""
 
 
 @pytest.fixture(scope="module")
@@ -68,24 +82,10 @@ def test_the_full_runs_estimates_lie_inside_the_final_sequences(sequential, sett
     run(RunConfig(db=full, **settings), progress=False)
     con = duckdb.connect(str(full), read_only=True)
     con.execute(f"ATTACH '{sequential}' AS seq (READ_ONLY)")
-    checked = con.execute(
-        """
-        WITH last AS (SELECT * FROM seq.confidence_sequences
-                      WHERE chunk = (SELECT max(chunk) FROM seq.confidence_sequences)),
-        full_means AS (
-            SELECT 'accuracy' AS metric, avg(o.correct::DOUBLE) AS mean FROM outputs o JOIN variants v
-              USING (dataset_id, variant_id) WHERE v.is_canonical AND o.replicate = 0
-            UNION ALL
-            SELECT metric, avg(value) FROM item_scores
-            WHERE (metric IN ('flip_rate', 'answer_disagreement', 'dispersion_raw', 'option_js') AND family IS NULL)
-               OR (metric = 'position_mirroring' AND family = 'option_permutation')
-            GROUP BY metric)
-        SELECT l.metric, f.mean, l.lower, l.upper FROM last l JOIN full_means f USING (metric)
-        """
-    ).fetchall()
+    checked = con.execute(FINAL_AND_FULL).fetchall()
     con.close()
     assert len(checked) >= 5
-    for metric, mean, lower, upper in checked:
+    for metric, mean, lower, upper, _ in checked:
         assert lower <= mean <= upper, (metric, mean, lower, upper)
 
 
