@@ -163,7 +163,7 @@ def run_command(
 ) -> None:
     from sago_fast.cli.query import render_table
     from sago_fast.run import RunConfig, run
-    from sago_fast.store import Store
+    from sago_fast.store import Store, queries
     from sago_fast.store.queries import summary_rows
 
     given: dict[str, Any] = {
@@ -204,5 +204,9 @@ def run_command(
         return
     with Store(result.db_path, read_only=True) as store:
         columns, rows = summary_rows(store, result.run_id)
+        sequential = store.query(queries.STATS_SEQUENTIAL_UNITS, {"run": result.run_id})
     typer.echo(render_table(columns, rows))
+    if sequential[1]:
+        typer.echo("\nsequential units (why each stopped; see confidence_sequences):")
+        typer.echo(render_table(*sequential))
     typer.echo(f"\n{result.describe()} -> {Path(result.db_path).resolve()}")
