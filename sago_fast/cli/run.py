@@ -156,6 +156,15 @@ def run_command(
             "--budget", help="At most this many examples per (model, dataset), in the seeded visiting order."
         ),
     ] = None,
+    until_separated: Annotated[
+        bool,
+        typer.Option(
+            "--until-separated",
+            help="With --precision H: the models advance together and each unit stops once its comparisons "
+            "with the neighbouring models (run order) are settled: for every followed metric, the sign of "
+            "the paired difference known or its anytime-valid half-width within H.",
+        ),
+    ] = False,
     config: Annotated[
         Path | None, typer.Option("--config", help="YAML file with the same settings; options override it.")
     ] = None,
@@ -192,6 +201,7 @@ def run_command(
         "base": base,
         "precision": precision,
         "budget": budget,
+        "until_separated": until_separated or None,
         "stop": tuple(s.replace("\\n", "\n").replace("\\t", "\t") for s in stop) if stop else None,
     }
     if config is not None:
@@ -205,8 +215,12 @@ def run_command(
     with Store(result.db_path, read_only=True) as store:
         columns, rows = summary_rows(store, result.run_id)
         sequential = store.query(queries.STATS_SEQUENTIAL_UNITS, {"run": result.run_id})
+        separations = store.query(queries.STATS_SEPARATIONS, {"run": result.run_id})
     typer.echo(render_table(columns, rows))
     if sequential[1]:
         typer.echo("\nsequential units (why each stopped; see confidence_sequences):")
         typer.echo(render_table(*sequential))
+    if separations[1]:
+        typer.echo("\ncomparisons of neighbouring models (b - a; see comparison_sequences):")
+        typer.echo(render_table(*separations))
     typer.echo(f"\n{result.describe()} -> {Path(result.db_path).resolve()}")

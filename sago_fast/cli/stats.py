@@ -67,6 +67,7 @@ def _print_sequential(db: Path, run_id: str) -> None:
 
     with Store(db, read_only=True) as store:
         columns, rows = store.query(queries.STATS_SEQUENTIAL_UNITS, {"run": run_id})
+        separations = store.query(queries.STATS_SEPARATIONS, {"run": run_id})
     if not rows:
         return
     typer.echo(
@@ -74,6 +75,12 @@ def _print_sequential(db: Path, run_id: str) -> None:
         "anytime-valid confidence sequences they stopped on (no fixed-n p-value); see confidence_sequences"
     )
     typer.echo(render_table(columns, rows))
+    if separations[1]:
+        typer.echo(
+            "\ncomparisons of neighbouring models (--until-separated): the anytime-valid paired sequences "
+            "of b - a they stopped on; see comparison_sequences"
+        )
+        typer.echo(render_table(*separations))
 
 
 def _print_changes(db: Path, run_id: str, alpha: float) -> None:

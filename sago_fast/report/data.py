@@ -41,6 +41,7 @@ class ReportData:
     )
     changes: Table = field(default_factory=lambda: Table([], []))  # significant consecutive changes
     sequential: Table = field(default_factory=lambda: Table([], []))  # sequential units: why they stopped
+    separations: Table = field(default_factory=lambda: Table([], []))  # --until-separated comparisons
     # model, dataset, metric, examples visited, half-width, precision (each sequential unit's chunks)
     sequences: list[tuple[str, str, str, int, float, float | None]] = field(default_factory=list)
 
@@ -95,6 +96,8 @@ def load_report_data(store: Store, run_id: str | None, n_unstable: int = 10) -> 
     data.changes = Table(columns, [(*r[:9], _p(r[9])) for r in rows])
     columns, rows = store.query(queries.STATS_SEQUENTIAL_UNITS, params)
     data.sequential = Table(columns, rows)
+    columns, rows = store.query(queries.STATS_SEPARATIONS, params)
+    data.separations = Table(columns, rows)
     _, data.sequences = store.query(queries.REPORT_SEQUENCES, params)  # type: ignore[assignment]
     data.unstable = _unstable_examples(store, run_id, n_unstable)
     return data

@@ -85,6 +85,7 @@ def render_report(data: ReportData) -> str:
             ),
             changes=data.changes,
             sequential=data.sequential,
+            separations=data.separations,
             sequences=plots.sequence_plot(data) if data.sequences else "",
             unstable=data.unstable,
             significance=data.significance,

@@ -41,7 +41,10 @@ class RunConfig:
     base: the base model of LoRA adapter folders among ``models`` (default: each adapter's
     ``base_model_name_or_path``). precision: sequential units that stop once every followed metric's
     anytime-valid confidence sequence has this half-width (metric units); budget: at most this many
-    examples per (model, dataset), visited in a seeded random order (see :mod:`sago_fast.run.sequential`).
+    examples per (model, dataset), visited in a seeded random order (see :mod:`sago_fast.run.sequential`);
+    until_separated: the units stop once their comparisons with the neighbouring models (in run order) are
+    settled, the sign of each followed metric's difference known or its half-width within ``precision``
+    (the models advance together in this process; see :mod:`sago_fast.run.separation`).
     """
 
     models: tuple[str, ...]
@@ -72,6 +75,7 @@ class RunConfig:
     base: str | None = None
     precision: float | None = None
     budget: int | None = None
+    until_separated: bool = False
 
     def __post_init__(self) -> None:
         if not self.models:
@@ -109,6 +113,11 @@ class RunConfig:
         FieldMap.parse(list(self.fields))  # an unknown field name is one line
         self.stream_settings  # noqa: B018  (validates the memory budgets)
         self.sequential  # noqa: B018  (validates precision and budget)
+        if self.until_separated and (self.executor != "local" or self.shard is not None):
+            raise InputError(
+                "--until-separated runs the compared models together in this process: it needs the local "
+                "executor and no --shard"
+            )
         if self.fewshot_from is not None and self.num_fewshot == 0:
             raise InputError("--fewshot-from needs --num-fewshot N (how many demonstrations per prompt)")
 
@@ -118,7 +127,9 @@ class RunConfig:
 
     @property
     def sequential(self) -> SequentialSettings:
-        return SequentialSettings(self.precision, self.budget, seed=self.seed)
+        return SequentialSettings(
+            self.precision, self.budget, seed=self.seed, until_separated=self.until_separated
+        )
 
     @property
     def generation(self) -> GenerationSettings:

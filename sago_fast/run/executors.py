@@ -44,6 +44,11 @@ def local_outcomes(
     progress: RunProgress | None = None,
     resume: Mapping[str, ChunksDone] | None = None,
 ) -> Iterator[Outcome]:
+    if config.until_separated:  # the compared models advance together
+        from sago_fast.run.lockstep import lockstep_outcomes
+
+        yield from lockstep_outcomes(plan, units, config, progress, resume)
+        return
     for checkpoint, group in plan.by_checkpoint(units):
         yield from evaluate_checkpoint(
             checkpoint,

@@ -89,7 +89,9 @@ def run(
     shown = RunProgress.choose(len(units), skipped, progress)
     by_id = {u.unit_id: u for u in todo}
     try:  # from here on, a Ctrl-C says what is kept and how to resume
-        resume = {u.unit_id: sink.chunks_done(plan.run_id, u.unit_id) for u in todo}
+        # the finished units' chunks too when their values feed comparisons with the units to do
+        committed = plan.units if config.until_separated else todo
+        resume = {u.unit_id: sink.chunks_done(plan.run_id, u.unit_id) for u in committed}
         resume = {unit_id: done for unit_id, done in resume.items() if done.n_chunks}
         if light_start and config.executor == "local":
             start_without_torch_if_exported(
@@ -98,6 +100,8 @@ def run(
         if skipped:
             log.info("run %s: %d of %d units already done, skipped", plan.run_id, skipped, len(units))
         for unit_id, done in resume.items():
+            if unit_id not in by_id:
+                continue
             log.info(
                 "unit %s: resuming after %d committed chunks (%d examples)",
                 unit_id,

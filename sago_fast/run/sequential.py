@@ -27,7 +27,7 @@ from sago_fast.errors import InputError
 from sago_fast.stats.sequential import BettingSequence, Scale, Tuning
 from sago_fast.types import Variant
 
-STOP_REASONS = ("precision", "budget", "exhausted")
+STOP_REASONS = ("precision", "separated", "budget", "exhausted")
 ACCURACY = "accuracy"
 
 
@@ -35,12 +35,15 @@ ACCURACY = "accuracy"
 class SequentialSettings:
     """precision: the wanted half-width of every followed metric, in the metric's units (None: none);
     budget: at most this many examples per (model, dataset) (None: all); alpha: 1 - the sequences'
-    coverage; seed: the visiting order's seed."""
+    coverage; seed: the visiting order's seed; until_separated: the units stop when their comparisons
+    with the neighbouring models are settled instead (:mod:`sago_fast.run.separation`), ``precision``
+    then being the difference's half-width that settles a comparison."""
 
     precision: float | None = None
     budget: int | None = None
     alpha: float = 0.05
     seed: int = 0
+    until_separated: bool = False
 
     def __post_init__(self) -> None:
         if self.precision is not None and not (
@@ -51,6 +54,11 @@ class SequentialSettings:
             raise InputError(f"--budget (budget) must be a positive number of examples, not {self.budget!r}")
         if not 0 < self.alpha < 1:
             raise InputError(f"alpha must be in (0, 1), not {self.alpha!r}")
+        if self.until_separated and self.precision is None:
+            raise InputError(
+                "--until-separated needs --precision H: a comparison is settled once the sign of the "
+                "difference is known or its half-width is within H"
+            )
 
     @property
     def active(self) -> bool:
@@ -95,12 +103,15 @@ def followed_metrics(available: set[str]) -> tuple[str, ...]:
     return tuple(chosen)
 
 
+ChunkValues = dict[str, dict[str, float]]  # metric -> example id -> value, in the chunk's example order
+
+
 def chunk_values(
     example_ids: Sequence[str], canonical_correct: Sequence[bool], item_scores: Mapping[str, Sequence[Any]]
-) -> dict[str, list[float]]:
-    """Per followed-capable metric, its per-example values in the chunk's example order (examples
-    without a finite value left out): accuracy from the canonical answers, the rest from the chunk's
-    ``item_scores`` columns at the family the catalogue reads the metric at."""
+) -> ChunkValues:
+    """Per followed-capable metric, its per-example values by example id, in the chunk's example order
+    (examples without a finite value left out): accuracy from the canonical answers, the rest from the
+    chunk's ``item_scores`` columns at the family the catalogue reads the metric at."""
     wanted = {name for group in sequential_metrics() for name in group} - {ACCURACY}
     found: dict[tuple[str, str], float] = {}
     for example_id, name, family, value in zip(
@@ -112,9 +123,11 @@ def chunk_values(
     ):
         if name in wanted and family == metric_spec(name).family and np.isfinite(value):
             found[(name, example_id)] = float(value)
-    values: dict[str, list[float]] = {ACCURACY: [float(c) for c in canonical_correct]}
+    values: ChunkValues = {
+        ACCURACY: {e: float(c) for e, c in zip(example_ids, canonical_correct, strict=True)}
+    }
     for name in sorted(wanted):
-        present = [found[(name, e)] for e in example_ids if (name, e) in found]
+        present = {e: found[(name, e)] for e in example_ids if (name, e) in found}
         if present:
             values[name] = present
     return values
@@ -148,7 +161,7 @@ class SequentialTracker:
     sequences: dict[str, BettingSequence] = field(default_factory=dict)
     values: dict[str, list[float]] = field(default_factory=dict)
 
-    def add(self, chunk: Mapping[str, Sequence[float]]) -> list[MetricBounds]:
+    def add(self, chunk: Mapping[str, Mapping[str, float]]) -> list[MetricBounds]:
         """Feed one chunk's values (:func:`chunk_values`); returns every followed metric's bounds now."""
         if not self.metrics:
             self.metrics = followed_metrics(set(chunk))
@@ -160,7 +173,7 @@ class SequentialTracker:
                 self.values[name] = []
         self.n_examples += len(chunk.get(ACCURACY, ()))
         for name in self.metrics:
-            new = list(chunk.get(name, ()))
+            new = list(chunk.get(name, {}).values())
             self.sequences[name].extend(self._scale(name).to_unit(new))
             self.values[name] += new
         return self.bounds()
@@ -212,10 +225,13 @@ def start_sequence(
     return ordered, tracker
 
 
-def encode_values(values: Mapping[str, Sequence[float]]) -> str:
-    """A chunk's followed values as stored in ``unit_chunks.sequence_values`` (JSON, exact floats)."""
-    return json.dumps({k: list(v) for k, v in values.items()}, sort_keys=True)
+def encode_values(values: Mapping[str, Mapping[str, float]]) -> str:
+    """A chunk's followed values as stored in ``unit_chunks.sequence_values``: JSON, metric -> example id
+    -> value (exact floats, the examples in chunk order)."""
+    return json.dumps({k: dict(values[k]) for k in sorted(values)})  # example ids keep their order
 
 
-def decode_values(text: str | None) -> dict[str, list[float]]:
-    return {k: [float(x) for x in v] for k, v in json.loads(text).items()} if text else {}
+def decode_values(text: str | None) -> ChunkValues:
+    if not text:
+        return {}
+    return {k: {e: float(x) for e, x in v.items()} for k, v in json.loads(text).items()}

@@ -160,6 +160,7 @@ def result_settings(config: RunConfig) -> dict[str, object]:
         # only when set: the units of runs without them keep their ids
         **({"precision": config.precision} if config.precision is not None else {}),
         **({"budget": config.budget} if config.budget is not None else {}),
+        **({"until_separated": True} if config.until_separated else {}),
     }
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 import traceback
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,7 +22,7 @@ from sago_fast.errors import raise_if_interrupted
 from sago_fast.run.config import RunConfig
 from sago_fast.run.evaluate import check_fits, evaluate_chunks, finish_unit, model_context
 from sago_fast.run.progress import RunProgress
-from sago_fast.run.sequential import chunk_values, encode_values, start_sequence
+from sago_fast.run.sequential import SequentialTracker, chunk_values, encode_values, start_sequence
 from sago_fast.run.units import Unit
 from sago_fast.runtime.progress import NoProgress
 from sago_fast.store import rows as build
@@ -33,6 +33,14 @@ from sago_fast.types import Dataset, Variant
 log = logging.getLogger(__name__)
 
 NOTHING_DONE = ChunksDone(0, (), 0, 0, 0.0)
+
+# Why a sequential unit stops now, asked before each of its chunks (None: go on). unit id, its tracker.
+StopRule = Callable[[str, SequentialTracker], str | None]
+
+
+def own_precision(unit_id: str, tracker: SequentialTracker) -> str | None:
+    """The default rule: every followed metric's sequence within the wanted half-width."""
+    return "precision" if tracker.settled else None
 
 
 @dataclass(frozen=True)
@@ -64,7 +72,7 @@ class UnitOutcome:
     context: UnitContext | None = None
     n_examples: int = 0
     n_variants: int = 0
-    stop_reason: str | None = None  # a sequential unit: precision | budget | exhausted
+    stop_reason: str | None = None  # a sequential unit: precision | separated | budget | exhausted
 
 
 def evaluate_checkpoint(
@@ -77,9 +85,12 @@ def evaluate_checkpoint(
     session_threads: int = 0,
     progress: RunProgress | None = None,
     resume: Mapping[str, ChunksDone] | None = None,
+    stop_rule: StopRule = own_precision,
 ) -> Iterator[ChunkOutcome | UnitOutcome]:
     """Yield each unit's chunks then its outcome; a checkpoint that cannot be loaded fails all its units.
-    resume: unit id -> the chunks an earlier invocation committed (those examples are not answered again)."""
+    resume: unit id -> the chunks an earlier invocation committed (those examples are not answered again);
+    stop_rule: when a sequential unit stops, asked before each chunk (after a yield: when the consumer
+    comes back for more)."""
     import sago_fast
     from sago_fast.runtime.session import SessionOptions
 
@@ -115,6 +126,7 @@ def evaluate_checkpoint(
                 run_id,
                 progress,
                 (resume or {}).get(unit.unit_id, NOTHING_DONE),
+                stop_rule,
             )
 
 
@@ -127,6 +139,7 @@ def _evaluate(
     run_id: str,
     progress: RunProgress | None,
     done: ChunksDone,
+    stop_rule: StopRule = own_precision,
 ) -> Iterator[ChunkOutcome | UnitOutcome]:
     where = str(model.checkpoint.display_path)
     unit_start = time.perf_counter()
@@ -158,9 +171,10 @@ def _evaluate(
             done=frozenset(done.example_ids),
             first_index=done.n_chunks,
         )
-        if tracker is not None and tracker.settled:  # stopped before an interruption: nothing to add
-            chunks = iter(())
-            stop = "precision"
+        if tracker is not None:  # stopped before an interruption: nothing to add
+            stop = stop_rule(unit.unit_id, tracker)
+            if stop is not None:
+                chunks = iter(())
         for chunk in chunks:
             seconds = time.perf_counter() - chunk_start
             sequence: TableRows = {}
@@ -201,9 +215,10 @@ def _evaluate(
             yield ChunkOutcome(
                 unit.unit_id, where, data.dataset_id, chunk.index, len(chunk.example_ids), rows, seconds
             )
-            if tracker is not None and tracker.settled:
-                stop = "precision"
-                break
+            if tracker is not None:
+                stop = stop_rule(unit.unit_id, tracker)
+                if stop is not None:
+                    break
             chunk_start = time.perf_counter()
         if tracker is not None and stop is None:
             stop = "budget" if tracker.horizon < len(data.examples) else "exhausted"

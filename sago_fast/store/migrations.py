@@ -436,4 +436,30 @@ MIGRATIONS: tuple[Migration, ...] = (
         );
         """,
     ),
+    Migration(
+        12,
+        "comparisons settled sequentially (sago run --until-separated): the paired confidence sequence of "
+        "each pair of neighbouring models, written with the chunk that grew it",
+        """
+        CREATE TABLE comparison_sequences (
+            run_id VARCHAR NOT NULL,
+            unit_id VARCHAR NOT NULL,
+            chunk INTEGER NOT NULL,
+            dataset_id VARCHAR NOT NULL,
+            model_a VARCHAR NOT NULL,
+            model_b VARCHAR NOT NULL,
+            metric VARCHAR NOT NULL,
+            n_examples INTEGER NOT NULL,
+            n_values INTEGER NOT NULL,
+            difference DOUBLE,
+            lower DOUBLE,
+            upper DOUBLE,
+            half_width DOUBLE,
+            sign INTEGER,
+            settled BOOLEAN,
+            precision DOUBLE,
+            alpha DOUBLE
+        );
+        """,
+    ),
 )

@@ -207,6 +207,22 @@ STATS_SEQUENTIAL_UNITS = """
         WHERE u.run_id = $run AND u.stop_reason IS NOT NULL
         ORDER BY 1, 2
         """
+# --until-separated: each comparison of neighbouring models, every followed metric, after its last chunk
+STATS_SEPARATIONS = """
+        WITH last AS (
+            SELECT *, row_number() OVER (
+                PARTITION BY dataset_id, model_a, model_b, metric ORDER BY n_examples DESC) AS latest
+            FROM comparison_sequences WHERE run_id = $run),
+        names AS (SELECT model_id, any_value(model) AS name FROM model_names GROUP BY 1)
+        SELECT a.name AS model_a, b.name AS model_b, d.name AS dataset, l.metric, l.n_examples,
+               round(l.difference, 4) AS difference, round(l.lower, 4) AS lower, round(l.upper, 4) AS upper,
+               CASE WHEN l.sign > 0 THEN 'model_b higher' WHEN l.sign < 0 THEN 'model_a higher'
+                    WHEN l.settled THEN 'within precision' ELSE 'open' END AS verdict
+        FROM last l JOIN names a ON a.model_id = l.model_a JOIN names b ON b.model_id = l.model_b
+        JOIN (SELECT dataset_id, any_value(name) AS name FROM datasets GROUP BY 1) d USING (dataset_id)
+        WHERE l.latest = 1
+        ORDER BY 3, 1, 2, 4
+        """
 STATS_CHANGES = """
         SELECT regexp_extract(c.training_run, '[^/]+$') AS training_run, d.name AS dataset, c.axis, c.metric,
                c.step_from, c.step_to, c.mean_from, c.mean_to, c.change, c.ci_low, c.ci_high, c.p_adjusted

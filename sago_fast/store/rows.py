@@ -353,3 +353,32 @@ def sequence_columns(
         "precision": [settings.precision] * n,
         "alpha": [settings.alpha] * n,
     }
+
+
+def comparison_sequence_columns(
+    run_id: str, unit_id: str, chunk: int, bounds: Sequence[Any], settings: Any
+) -> Columns:
+    """``comparison_sequences`` rows written with chunk ``chunk`` of ``unit_id``: the comparisons whose
+    paired prefix it grew (``bounds``: :class:`~sago_fast.run.separation.PairBounds`; ``settings``: the
+    run's :class:`~sago_fast.run.sequential.SequentialSettings`)."""
+    n = len(bounds)
+    precision = settings.precision
+    return {
+        "run_id": [run_id] * n,
+        "unit_id": [unit_id] * n,
+        "chunk": [chunk] * n,
+        "dataset_id": [b.dataset_id for b in bounds],
+        "model_a": [b.a.model_id for b in bounds],
+        "model_b": [b.b.model_id for b in bounds],
+        "metric": [b.metric for b in bounds],
+        "n_examples": [b.n_examples for b in bounds],
+        "n_values": [b.n_values for b in bounds],
+        "difference": [b.estimate for b in bounds],
+        "lower": [b.lower for b in bounds],
+        "upper": [b.upper for b in bounds],
+        "half_width": [b.half_width for b in bounds],
+        "sign": [b.sign for b in bounds],
+        "settled": [b.settled(precision) for b in bounds],
+        "precision": [precision] * n,
+        "alpha": [settings.alpha] * n,
+    }

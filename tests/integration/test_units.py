@@ -86,8 +86,8 @@ def sago_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "sago_fast.cli.app", *args]
 
 
-def sigkill_at(command: list[str], marker: str) -> None:
-    """Run ``command`` and SIGKILL it as soon as a line of its stderr holds ``marker``."""
+def sigkill_at(command: list[str], marker: str, times: int = 1) -> None:
+    """Run ``command`` and SIGKILL it as soon as ``times`` lines of its stderr have held ``marker``."""
     proc = subprocess.Popen(
         command,
         stderr=subprocess.PIPE,
@@ -95,8 +95,10 @@ def sigkill_at(command: list[str], marker: str) -> None:
         text=True,
         env={**os.environ, "TQDM_DISABLE": "1"},
     )
+    seen = 0
     for line in proc.stderr:  # type: ignore[union-attr]
-        if marker in line:
+        seen += marker in line
+        if seen == times:
             proc.send_signal(signal.SIGKILL)
             break
     proc.wait(timeout=120)

@@ -1,0 +1,137 @@
+"""The models of a run in lockstep, for ``--until-separated`` (this process only).
+
+Every checkpoint is a stream of outcomes (:func:`~sago_fast.run.worker.evaluate_checkpoint`: its model
+loaded once, its datasets in run order). The scheduler always advances the stream that is furthest
+behind: the one on the earliest dataset with the fewest examples committed in it (ties: run order), one
+chunk at a time. Every chunk's values go to the :class:`~sago_fast.run.separation.SeparationMonitor`
+(its comparison bounds are written with the chunk), and a unit asks the monitor at each of its turns
+whether to stop. The models of a run are therefore loaded together while they are compared.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from sago_fast.errors import InputError
+from sago_fast.run.config import RunConfig
+from sago_fast.run.progress import RunProgress
+from sago_fast.run.separation import PairBounds, SeparationMonitor, Side
+from sago_fast.run.sequential import decode_values, visiting_order, within_budget
+from sago_fast.run.units import Plan, Unit
+from sago_fast.run.worker import NOTHING_DONE, ChunkOutcome, UnitOutcome, evaluate_checkpoint
+from sago_fast.store import rows as build
+from sago_fast.store.store import ChunksDone
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Stream:
+    """One checkpoint's outcomes and where it stands: its unit in progress and the examples it has."""
+
+    rank: int  # run order
+    units: list[Unit]
+    outcomes: Iterator[ChunkOutcome | UnitOutcome]
+    position: int = 0  # the unit in progress
+    examples: int = 0  # examples committed in it
+
+    def key(self, dataset_rank: Mapping[str, int]) -> tuple[int, int, int]:
+        return dataset_rank[self.units[self.position].dataset_id], self.examples, self.rank
+
+
+def comparison_monitor(plan: Plan, config: RunConfig) -> SeparationMonitor:
+    """The comparisons of neighbouring units of each dataset of ``plan`` (every unit, done ones too)."""
+    orders = {dataset_id: _visited_ids(variants, config) for dataset_id, variants in plan.variants.items()}
+    sides = [Side(u.unit_id, u.model_id, u.dataset_id) for u in plan.units]
+    monitor = SeparationMonitor.neighbours(config.sequential, sides, orders)
+    if not monitor.comparisons:
+        raise InputError(
+            "--until-separated needs at least two models to compare (consecutive models of the run are "
+            f"compared), got {len({u.model_id for u in plan.units})}"
+        )
+    return monitor
+
+
+def _visited_ids(variants: Sequence, config: RunConfig) -> list[str]:
+    settings = config.sequential
+    ordered = within_budget(visiting_order(variants, settings.seed), settings.budget)
+    return list(dict.fromkeys(v.example_id for v in ordered))
+
+
+def lockstep_outcomes(
+    plan: Plan,
+    units: Sequence[Unit],
+    config: RunConfig,
+    progress: RunProgress | None = None,
+    resume: Mapping[str, ChunksDone] | None = None,
+) -> Iterator[ChunkOutcome | UnitOutcome]:
+    """``units`` to do, the models advancing together (see the module docstring). resume: the chunks
+    committed by an earlier invocation, of the units to do and of the finished ones (their values feed
+    the comparisons again)."""
+    resume = resume or {}
+    monitor = comparison_monitor(plan, config)
+    for unit in plan.units:
+        for text in resume.get(unit.unit_id, NOTHING_DONE).sequence_values:
+            monitor.add(unit.unit_id, decode_values(text))
+    dataset_rank = {dataset_id: i for i, dataset_id in enumerate(plan.datasets)}
+    streams = []
+    for rank, (checkpoint, group) in enumerate(plan.by_checkpoint(units)):
+        group = sorted(group, key=lambda u: dataset_rank[u.dataset_id])
+        outcomes = evaluate_checkpoint(
+            checkpoint,
+            group,
+            plan.datasets,
+            plan.variants,
+            config,
+            plan.run_id,
+            progress=progress,
+            resume=resume,
+            stop_rule=monitor.stop_reason,
+        )
+        streams.append(_Stream(rank, group, outcomes, examples=_committed(resume, group[0])))
+    while streams:
+        stream = min(streams, key=lambda s: s.key(dataset_rank))
+        outcome = next(stream.outcomes, None)
+        if outcome is None:
+            streams.remove(stream)
+            continue
+        if isinstance(outcome, ChunkOutcome):
+            stream.examples += outcome.n_examples
+            values = decode_values(outcome.rows["unit_chunks"]["sequence_values"][0])
+            grown = monitor.add(outcome.unit_id, values)
+            for bounds in grown:
+                if bounds.metric == "accuracy":
+                    log.info(
+                        "%s: %d paired examples, accuracy difference %+.3f [%.3f, %.3f]",
+                        plan.datasets[bounds.dataset_id].name,
+                        bounds.n_examples,
+                        bounds.estimate,
+                        bounds.lower,
+                        bounds.upper,
+                    )
+            if grown:
+                rows = {**outcome.rows, "comparison_sequences": _columns(plan.run_id, outcome, grown, config)}
+                outcome = replace(outcome, rows=rows)
+        else:
+            if outcome.rows is None:
+                monitor.drop(outcome.unit_id)
+            stream.position += 1
+            if stream.position < len(stream.units):
+                stream.examples = _committed(resume, stream.units[stream.position])
+            else:
+                stream.examples = 0
+                stream.position = len(stream.units) - 1  # only its end is left: next() closes the model
+        yield outcome
+
+
+def _committed(resume: Mapping[str, ChunksDone], unit: Unit) -> int:
+    done = resume.get(unit.unit_id)
+    return len(done.example_ids) if done is not None else 0
+
+
+def _columns(run_id: str, outcome: ChunkOutcome, bounds: Sequence[PairBounds], config: RunConfig):
+    return build.comparison_sequence_columns(
+        run_id, outcome.unit_id, outcome.chunk, bounds, config.sequential
+    )

@@ -1,0 +1,200 @@
+"""Stop when a comparison is settled (``sago run --until-separated --precision H``).
+
+Each dataset's units are compared in pairs of neighbours in the run's model order (a training run's
+consecutive checkpoints; ``A B C`` gives A-B and B-C). For each pair and each metric both units follow, a
+paired anytime-valid confidence sequence (:mod:`sago_fast.stats.sequential`) runs on the per-example
+difference, later minus earlier (b - a), over the examples both have visited, in the shared visiting
+order, on the range ``[-(high - low), high - low]`` of the metric's bounds. A comparison is settled on a
+metric once the sign of the difference is known (the sequence excludes 0) or its half-width is within H;
+a pair once every metric is; a unit stops (``separated``) once every pair it is in is settled. A unit
+whose comparisons are all gone (its neighbours failed) falls back to its own precision rule.
+
+Determinism: a pair's bounds are a function of its paired prefix only, computed afresh from the first k
+examples of the visiting order that both units have visited. The lockstep scheduler
+(:mod:`sago_fast.run.lockstep`) advances the unit with the fewest examples, so at a unit's turn its live
+partners have visited at least as many and k is the unit's own count (a stopped partner's pair was settled
+when it stopped, and stays so). Each decision is then a function of the two models' values on the first n
+examples, and a resumed run reaches the same stopping points as an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from itertools import pairwise
+
+import numpy as np
+
+from sago_fast.axes.catalogue import metric as metric_spec
+from sago_fast.run.sequential import (
+    ACCURACY,
+    ChunkValues,
+    SequentialSettings,
+    SequentialTracker,
+    followed_metrics,
+)
+from sago_fast.stats.sequential import BettingSequence, Scale, Tuning
+
+SEPARATED = "separated"
+
+
+@dataclass(frozen=True)
+class Side:
+    """One unit of a comparison."""
+
+    unit_id: str
+    model_id: str
+    dataset_id: str
+
+
+@dataclass(frozen=True)
+class PairBounds:
+    """A comparison's confidence sequence for one metric after ``n_examples`` paired examples: the mean
+    difference b - a over the ``n_values`` examples both have a value for."""
+
+    dataset_id: str
+    a: Side
+    b: Side
+    metric: str
+    n_examples: int
+    n_values: int
+    estimate: float
+    lower: float
+    upper: float
+
+    @property
+    def half_width(self) -> float:
+        return (self.upper - self.lower) / 2
+
+    @property
+    def sign(self) -> int:
+        """+1: b is higher, -1: a is higher (the sequence excludes 0), 0: not known."""
+        return 1 if self.lower > 0 else -1 if self.upper < 0 else 0
+
+    def settled(self, precision: float) -> bool:
+        return self.sign != 0 or self.half_width <= precision
+
+
+@dataclass
+class Comparison:
+    """Two neighbouring units of one dataset; ``order``: the dataset's visiting order (example ids)."""
+
+    a: Side
+    b: Side
+    order: tuple[str, ...]
+    bounds: list[PairBounds] = field(default_factory=list)  # at ``n_examples``
+    n_examples: int = 0
+
+    def involves(self, unit_id: str) -> bool:
+        return unit_id in (self.a.unit_id, self.b.unit_id)
+
+
+class SeparationMonitor:
+    """The comparisons of a run's units: fed each unit's chunk values (committed before or just now), it
+    says when a unit's comparisons are all settled."""
+
+    def __init__(self, settings: SequentialSettings, comparisons: Sequence[Comparison]) -> None:
+        if settings.precision is None:
+            raise ValueError("comparisons are settled within a precision")
+        self.settings = settings
+        self.precision: float = settings.precision
+        self.comparisons = list(comparisons)
+        self.values: dict[str, dict[str, dict[str, float]]] = {}  # unit -> metric -> example -> value
+        self.first_metrics: dict[str, set[str]] = {}  # unit -> the metrics of its first chunk
+
+    @classmethod
+    def neighbours(
+        cls, settings: SequentialSettings, sides: Sequence[Side], orders: Mapping[str, Sequence[str]]
+    ) -> SeparationMonitor:
+        """Pairs of consecutive ``sides`` (in run order) of each dataset; ``orders``: dataset id -> its
+        visiting order within the budget."""
+        by_dataset: dict[str, list[Side]] = {}
+        for side in sides:
+            by_dataset.setdefault(side.dataset_id, []).append(side)
+        comparisons = [
+            Comparison(a, b, tuple(orders[dataset_id]))
+            for dataset_id, group in by_dataset.items()
+            for a, b in pairwise(group)
+        ]
+        return cls(settings, comparisons)
+
+    def add(self, unit_id: str, chunk: ChunkValues) -> list[PairBounds]:
+        """Record one chunk of ``unit_id``; returns the bounds of its comparisons whose paired prefix
+        grew (each metric's sequence after it)."""
+        if not chunk.get(ACCURACY):
+            return []
+        self.first_metrics.setdefault(unit_id, set(chunk))
+        mine = self.values.setdefault(unit_id, {})
+        for name, by_example in chunk.items():
+            mine.setdefault(name, {}).update(by_example)
+        grown = []
+        for comparison in self.comparisons:
+            if comparison.involves(unit_id) and self._update(comparison):
+                grown += comparison.bounds
+        return grown
+
+    def drop(self, unit_id: str) -> None:
+        """A failed unit: its comparisons are gone (its partners no longer wait for them)."""
+        self.comparisons = [c for c in self.comparisons if not c.involves(unit_id)]
+
+    def settled(self, unit_id: str) -> bool | None:
+        """Whether every comparison of ``unit_id`` is settled; None when it has none (left)."""
+        mine = [c for c in self.comparisons if c.involves(unit_id)]
+        if not mine:
+            return None
+        return all(c.bounds and all(b.settled(self.precision) for b in c.bounds) for c in mine)
+
+    def stop_reason(self, unit_id: str, tracker: SequentialTracker | None) -> str | None:
+        """Why ``unit_id`` stops at its turn: ``separated``, ``precision`` (no comparison left and its own
+        metrics within H) or None (go on)."""
+        settled = self.settled(unit_id)
+        if settled is None:
+            return "precision" if tracker is not None and tracker.settled else None
+        return SEPARATED if settled else None
+
+    def final(self) -> list[PairBounds]:
+        return [b for c in self.comparisons for b in c.bounds]
+
+    def _visited(self, unit_id: str) -> int:
+        return len(self.values.get(unit_id, {}).get(ACCURACY, ()))
+
+    def _update(self, comparison: Comparison) -> bool:
+        """Recompute the comparison's bounds on its paired prefix when it grew."""
+        k = min(self._visited(comparison.a.unit_id), self._visited(comparison.b.unit_id))
+        if k == comparison.n_examples:
+            return False
+        a, b = self.values[comparison.a.unit_id], self.values[comparison.b.unit_id]
+        metrics = followed_metrics(
+            self.first_metrics[comparison.a.unit_id] & self.first_metrics[comparison.b.unit_id]
+        )
+        prefix = comparison.order[:k]
+        comparison.bounds = [
+            self._bounds(comparison, name, k, paired_differences(prefix, a.get(name, {}), b.get(name, {})))
+            for name in metrics
+        ]
+        comparison.n_examples = k
+        return True
+
+    def _bounds(self, comparison: Comparison, name: str, k: int, differences: np.ndarray) -> PairBounds:
+        low, high = metric_spec(name).bounds or (0.0, 1.0)
+        scale = Scale(-(high - low), high - low)
+        tuning = Tuning(scale.width_to_unit(self.precision), len(comparison.order))
+        sequence = BettingSequence(self.settings.alpha, tuning)
+        sequence.extend(scale.to_unit(differences))
+        lower, upper = sequence.bounds()
+        return PairBounds(
+            comparison.a.dataset_id,
+            comparison.a,
+            comparison.b,
+            name,
+            k,
+            len(differences),
+            float(differences.mean()) if len(differences) else float("nan"),
+            scale.from_unit(lower),
+            scale.from_unit(upper),
+        )
+
+
+def paired_differences(prefix: Sequence[str], a: Mapping[str, float], b: Mapping[str, float]) -> np.ndarray:
+    """b - a for the examples of ``prefix`` (in its order) that both have a value for (n,)."""
+    return np.array([b[e] - a[e] for e in prefix if e in a and e in b], dtype=np.float64)
