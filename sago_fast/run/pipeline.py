@@ -72,6 +72,10 @@ def run(
     for a process that exports nothing afterwards (the CLI), since transformers keeps that choice."""
     device = check_run_outputs(config)
     plan = plan_run(config)
+    if config.until_separated:  # at least two models to compare, before anything is written
+        from sago_fast.run.lockstep import comparison_monitor
+
+        comparison_monitor(plan, config)
     shard = parse_shard(config.shard)
     units = [u for u in plan.units if shard is None or u.index % shard[1] == shard[0]]
     row = run_row(plan.run_id, command, config.as_json(), config.device, "", "running")

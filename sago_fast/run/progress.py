@@ -28,6 +28,7 @@ class RunProgress:
         self, total: int, done: int, mode: str, *, interval: float = LINE_INTERVAL_S, file: Any = None
     ):
         self.total, self.done, self.mode = total, done, mode
+        self.started = done  # units started (more than done + 1 while models advance in lockstep)
         self.interval = interval
         self.file = file
         self._bar: Any = None
@@ -46,11 +47,12 @@ class RunProgress:
 
     def unit_started(self, label: str) -> PassProgress:
         """A unit begins: the bar names it; returns what its model passes report to."""
+        self.started += 1
         if self.mode == "bars":
             self._bar.set_postfix_str(label[-60:])
             return TqdmPasses(label, file=self.file)
         if self.mode == "lines":
-            progress_line(self.file, f"unit {self.done + 1}/{self.total} started: {label}")
+            progress_line(self.file, f"unit {self.started}/{self.total} started: {label}")
             return LinePasses(label, self.interval, file=self.file)
         return NoProgress()
 

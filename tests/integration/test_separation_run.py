@@ -128,3 +128,4 @@ def test_until_separated_is_checked_first(settings, checkpoints, tmp_path):
             RunConfig(db=tmp_path / "x.duckdb", **{**settings, "models": settings["models"][:1]}),
             progress=False,
         )
+    assert not (tmp_path / "x.duckdb").exists()  # refused before the results file is opened
