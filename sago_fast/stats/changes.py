@@ -4,7 +4,9 @@ A training run's checkpoints are ordered by step (``checkpoint_names``); each co
 from ``model_comparisons`` (the same paired test: exact McNemar for accuracy, the paired studentized
 bootstrap otherwise), turned to "later minus earlier", and the p-values of this family of consecutive
 comparisons are adjusted together (Benjamini–Hochberg). Consecutive steps with identical weights are
-recorded with a change of 0 and no test. ``significant``: adjusted p below ``alpha``.
+recorded with a change of 0 and no test. ``significant``: adjusted p below ``alpha``; for checkpoints
+compared with ``sago run --until-separated``, whose units stopped on these differences, the paired
+anytime-valid sequence is the CI (no p-value) and ``significant`` means it excludes 0.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from sago_fast.stats.methods import bh_adjust
+from sago_fast.stats.sequential import SEPARATION_TEST
 
 Columns = dict[str, list[Any]]
 IDENTICAL = "identical weights"
@@ -79,7 +82,12 @@ def checkpoint_changes(
     p = np.array([np.nan if v is None else v for v in out["p_value"]], dtype=np.float64)
     adjusted = bh_adjust(p) if len(p) else p
     out["p_adjusted"] = [None if np.isnan(x) else float(x) for x in adjusted]
-    out["significant"] = [a is not None and a < alpha for a in out["p_adjusted"]]
+    out["significant"] = [
+        (low > 0 or high < 0) if test == SEPARATION_TEST else (adjusted is not None and adjusted < alpha)
+        for test, low, high, adjusted in zip(
+            out["test"], out["ci_low"], out["ci_high"], out["p_adjusted"], strict=True
+        )
+    ]
     return dict(out)
 
 

@@ -53,6 +53,7 @@ from sago_fast.stats.methods import (
     pearson,
 )
 from sago_fast.stats.nulls import like_for_like, null_for
+from sago_fast.stats.sequential import SEPARATION_TEST
 
 Columns = dict[str, list[Any]]
 
@@ -265,6 +266,21 @@ def _paired(data: RunData, a: tuple, b: tuple) -> tuple[np.ndarray, np.ndarray]:
     return np.array([va[e] for e in common]), np.array([vb[e] for e in common])
 
 
+def _pair_sequence(
+    data: RunData, dataset: str, model_a: str, model_b: str, metric: str, family: str | None
+) -> tuple[float, float] | None:
+    """The paired confidence sequence of model_a - model_b (``model_comparisons``' direction) when the
+    two were compared with ``--until-separated`` on this metric (at the family the catalogue reads it at):
+    a fixed-n CI and p-value would not hold for units that stopped on these differences."""
+    if family != catalogue_metric(metric).family:
+        return None
+    stored = data.pair_sequences.get((dataset, model_b, model_a, metric))  # stored as its b - a: a - b here
+    if stored is not None:
+        return stored
+    stored = data.pair_sequences.get((dataset, model_a, model_b, metric))
+    return None if stored is None else (-stored[1], -stored[0])
+
+
 def _comparisons(data: RunData, config: StatsConfig, out: Columns) -> None:
     for dataset in data.datasets:
         metrics = _headline_metrics(data, dataset)
@@ -285,6 +301,9 @@ def _comparisons(data: RunData, config: StatsConfig, out: Columns) -> None:
                 else:  # the mean difference, tested and bounded from the same resamples
                     paired = paired_mean_difference(a, b, config, stream=stream)
                     low, high, p, test = paired.low, paired.high, paired.p_value, PAIRED_MEAN_TEST
+                sequence = _pair_sequence(data, dataset, model_a, model_b, metric, family)
+                if sequence is not None:  # the units stopped on these very differences
+                    (low, high), p, test = sequence, None, SEPARATION_TEST
                 _append(
                     out,
                     run_id=data.run_id,

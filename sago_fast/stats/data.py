@@ -45,6 +45,8 @@ class RunData:
     positions: list[tuple[str, str, int]] = field(default_factory=list)  # (model, training run, step)
     # sequential units: (model, dataset, metric) -> (lower, upper) of the final confidence sequence
     sequences: dict[tuple[str, str, str], tuple[float, float]] = field(default_factory=dict)
+    # --until-separated: (dataset, model_a, model_b, metric) -> the paired sequence of model_b - model_a
+    pair_sequences: dict[tuple[str, str, str, str], tuple[float, float]] = field(default_factory=dict)
 
     @property
     def models(self) -> list[str]:
@@ -113,6 +115,10 @@ def load_run(store: Store, run_id: str) -> RunData:
         queries.STATS_FINAL_SEQUENCES, {"run": run_id}
     )[1]:
         data.sequences[(model, dataset, metric)] = (float(lower), float(upper))
+    for dataset, model_a, model_b, metric, lower, upper in store.query(
+        queries.STATS_FINAL_COMPARISONS, {"run": run_id}
+    )[1]:
+        data.pair_sequences[(dataset, model_a, model_b, metric)] = (float(lower), float(upper))
     return data
 
 

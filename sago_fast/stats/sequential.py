@@ -38,6 +38,9 @@ import numpy as np
 GRID = 1000  # candidate means in (0, 1): bounds are exact to 1 / GRID of the range
 BET_CAP = 0.5  # c: a bet never risks more than half the capital
 UNTUNED = None
+# model_comparisons.test (and checkpoint_changes.test) of pairs compared with ``sago run --until-separated``:
+# the CI is the paired sequence they stopped on, no p-value; significant when it excludes 0
+SEPARATION_TEST = "anytime-valid paired confidence sequence (--until-separated)"
 
 
 @dataclass(frozen=True)

@@ -198,6 +198,13 @@ STATS_FINAL_SEQUENCES = """
         WHERE s.run_id = $run
         ORDER BY 1, 2, 3
         """
+# --until-separated: each comparison's paired sequence (model_b - model_a) after its last growth
+STATS_FINAL_COMPARISONS = """
+        SELECT dataset_id, model_a, model_b, metric, lower, upper FROM comparison_sequences
+        WHERE run_id = $run
+        QUALIFY row_number() OVER (PARTITION BY dataset_id, model_a, model_b, metric ORDER BY n_examples DESC) = 1
+        ORDER BY 1, 2, 3, 4
+        """
 STATS_SEQUENTIAL_UNITS = """
         SELECT m.name AS model, d.name AS dataset, u.stop_reason, u.n_examples AS examples_used,
                u.examples_available

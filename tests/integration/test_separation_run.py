@@ -79,6 +79,27 @@ def test_both_units_stop_together_once_every_followed_difference_is_settled(sepa
     assert before[0][0] in (False, None)
 
 
+def test_stats_use_the_paired_sequences_for_the_compared_pairs(separated):
+    from sago_fast.stats.sequential import SEPARATION_TEST
+
+    compared = rows(
+        separated,
+        """WITH last AS (SELECT * FROM comparison_sequences
+                         QUALIFY row_number() OVER (PARTITION BY metric ORDER BY n_examples DESC) = 1)
+        SELECT c.metric, c.test, c.p_value, c.ci_low, c.ci_high, c.difference,
+               CASE WHEN c.model_a = l.model_b THEN l.lower ELSE -l.upper END,
+               CASE WHEN c.model_a = l.model_b THEN l.upper ELSE -l.lower END
+        FROM model_comparisons c JOIN last l USING (dataset_id, metric)""",
+    )
+    assert {r[0] for r in compared} >= {"accuracy", "answer_disagreement", "option_js"}
+    for metric, test, p, low, high, difference, lower, upper in compared:
+        # model_comparisons' a - b, from the stored b - a in whichever direction the pair was stored
+        assert test == SEPARATION_TEST and p is None, metric
+        assert (low, high) == pytest.approx((lower, upper)) and low <= difference <= high, metric
+    fixed = rows(separated, "SELECT test, p_value FROM model_comparisons WHERE metric = 'dispersion'")
+    assert len(fixed) == 1 and fixed[0][0] != SEPARATION_TEST and fixed[0][1] is not None  # not followed
+
+
 def test_stats_and_the_report_show_the_comparisons(separated, tmp_path):
     from typer.testing import CliRunner
 

@@ -140,6 +140,26 @@ def test_checkpoint_changes_by_hand():
     assert out["significant"] == [True, False, True]
 
 
+def test_changes_of_pairs_compared_until_separated_are_significant_when_their_sequence_excludes_0():
+    """The units stopped on these differences: the paired sequence is the CI, no p-value, and the change is
+    significant exactly when the sequence excludes 0 (whatever BH does with the fixed-n p-values)."""
+    from sago_fast.stats.sequential import SEPARATION_TEST
+
+    runs = training_runs([("A", "run", 1), ("B", "run", 2), ("C", "run", 3), ("D", "run", 4)])
+    comparisons = _comparisons(
+        [
+            ("d", "accuracy", "accuracy", "B", "A", SEPARATION_TEST, 0.7, 0.3, 0.4, 0.1, 0.6, None, 40),
+            ("d", "accuracy", "accuracy", "B", "C", SEPARATION_TEST, 0.7, 0.68, 0.02, -0.1, 0.15, None, 40),
+            ("d", "accuracy", "accuracy", "C", "D", "mcnemar", 0.68, 0.5, 0.18, 0.02, 0.3, 0.01, 40),
+        ]
+    )
+    out = checkpoint_changes("r", runs, {"d": [("accuracy", "accuracy", None)]}, comparisons, alpha=0.05)
+    assert out["test"] == [SEPARATION_TEST, SEPARATION_TEST, "mcnemar"]
+    assert out["change"] == pytest.approx([0.4, -0.02, -0.18])
+    assert out["ci_low"] == pytest.approx([0.1, -0.15, -0.3]) and out["p_value"][:2] == [None, None]
+    assert out["significant"] == [True, False, True]
+
+
 def test_quantization_comparisons_pair_each_quantisation_with_its_graphs_best(tmp_path):
     """Q4_1 and Q8_0 of one graph beside its full-precision model, and a model of another graph."""
     models = [  # model_id, checkpoint, graph_key, quantization, base_model_id
