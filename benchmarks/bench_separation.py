@@ -24,18 +24,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parent.parent))
 from bench_memory import mmlu_like
+from bench_sequential import command
 from real_model import smollm2_gguf, timed
 
 from tests.quantize import requantize
-
-
-def command(models: list[Path], data: Path, db: Path, cache: Path, extra: list[str]) -> list[str]:
-    base = [sys.executable, "-m", "sago_fast.cli.app", "run", "-d", f"mmlu:{data}"]
-    for model in models:
-        base += ["-m", str(model)]
-    families = ["-F", "typo", "-F", "option_permutation", "-k", "1", "--no-stats", "--chunk-memory-mb", "32"]
-    return [*base, *families, "--db", str(db), "--cache-dir", str(cache), *extra]
-
 
 FULL_MEANS = """
 SELECT o.model_id, 'accuracy' AS metric, avg(o.correct::DOUBLE) FROM outputs o JOIN variants v

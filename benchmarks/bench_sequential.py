@@ -25,8 +25,11 @@ from bench_memory import mmlu_like
 from real_model import smollm2_gguf, timed
 
 
-def command(folder: Path, data: Path, db: Path, cache: Path, extra: list[str]) -> list[str]:
-    base = [sys.executable, "-m", "sago_fast.cli.app", "run", "-m", str(folder), "-d", f"mmlu:{data}"]
+def command(models: list[Path], data: Path, db: Path, cache: Path, extra: list[str]) -> list[str]:
+    """``sago run`` of ``models`` on the MMLU-like file, the benchmark's families, k and chunks."""
+    base = [sys.executable, "-m", "sago_fast.cli.app", "run", "-d", f"mmlu:{data}"]
+    for model in models:
+        base += ["-m", str(model)]
     families = ["-F", "typo", "-F", "option_permutation", "-k", "1", "--no-stats", "--chunk-memory-mb", "32"]
     return [*base, *families, "--db", str(db), "--cache-dir", str(cache), *extra]
 
@@ -60,13 +63,13 @@ def main() -> None:
     folder = resolve_checkpoint(smollm2_gguf()).path
     cache = work / "exports"
     data = mmlu_like(work / f"mmlu-short-{args.items}.csv", args.items, question_words=20)
-    timed(command(folder, data, work / "warm.duckdb", cache, ["--limit", "2"]), env)  # export once
+    timed(command([folder], data, work / "warm.duckdb", cache, ["--limit", "2"]), env)  # export once
     seq_db, full_db = work / "sequential.duckdb", work / "full.duckdb"
     for db in (seq_db, full_db):
         if db.exists():
             db.unlink()
-    seq_s = timed(command(folder, data, seq_db, cache, ["--precision", str(args.precision)]), env)
-    full_s = timed(command(folder, data, full_db, cache, []), env)
+    seq_s = timed(command([folder], data, seq_db, cache, ["--precision", str(args.precision)]), env)
+    full_s = timed(command([folder], data, full_db, cache, []), env)
     with Store(seq_db, read_only=True) as store:
         _, unit = store.query("SELECT stop_reason, n_examples, examples_available FROM units")
         _, reached = store.query(
