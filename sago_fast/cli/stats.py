@@ -98,7 +98,11 @@ def _print_changes(db: Path, run_id: str, alpha: float) -> None:
             f"\nover training: no significant change between consecutive checkpoints (BH, alpha {alpha})"
         )
         return
-    typer.echo(f"\nover training: significant changes between consecutive checkpoints (BH, alpha {alpha})")
+    settled = any(row[-1] is None for row in rows)  # no p-value: a sequence that excludes 0
+    how = "; no p_adjusted: an --until-separated paired sequence that excludes 0" if settled else ""
+    typer.echo(
+        f"\nover training: significant changes between consecutive checkpoints (BH, alpha {alpha}{how})"
+    )
     typer.echo(render_table(columns, rows))
 
 
