@@ -76,8 +76,14 @@ def lockstep_outcomes(
         for text in resume.get(unit.unit_id, NOTHING_DONE).sequence_values:
             monitor.add(unit.unit_id, decode_values(text))
     dataset_rank = {dataset_id: i for i, dataset_id in enumerate(plan.datasets)}
+    groups = plan.by_checkpoint(units)
+    log.info(
+        "--until-separated: %d models advance together (their sessions stay loaded), %d comparisons",
+        len(groups),
+        len(monitor.comparisons),
+    )
     streams = []
-    for rank, (checkpoint, group) in enumerate(plan.by_checkpoint(units)):
+    for rank, (checkpoint, group) in enumerate(groups):
         group = sorted(group, key=lambda u: dataset_rank[u.dataset_id])
         outcomes = evaluate_checkpoint(
             checkpoint,
