@@ -30,7 +30,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_memory import mmlu_like
-from real_model import smollm2_gguf, timed
+from real_model import offline_workdir, smollm2_gguf, timed
 
 
 def sago_command(folder: Path, data: Path, db: Path, cache: Path) -> list[str]:
@@ -177,9 +177,7 @@ def main() -> None:
     from sago_fast.store import Store
 
     work = args.workdir
-    work.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "SAGO_CACHE_DIR": str(work / "sago-cache"), "HF_HUB_OFFLINE": "1"}
-    os.environ.update(env)
+    env = offline_workdir(work)
     folder = resolve_checkpoint(gguf).path  # the dequantised fp32 HF folder both engines read
     cache = work / "exports"
     data = mmlu_like(work / f"mmlu-{args.items}.csv", args.items)

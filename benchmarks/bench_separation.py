@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parent.parent))
 from bench_memory import mmlu_like
 from bench_sequential import command
-from real_model import smollm2_gguf, timed
+from real_model import offline_workdir, smollm2_gguf, timed
 
 from tests.quantize import requantize
 
@@ -55,9 +55,7 @@ def main() -> None:
     from sago_fast.store import Store
 
     work = args.workdir
-    work.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "SAGO_CACHE_DIR": str(work / "sago-cache"), "HF_HUB_OFFLINE": "1"}
-    os.environ.update(env)
+    env = offline_workdir(work)
     q4 = smollm2_gguf()
     q8 = work / "SmolLM2-135M-Instruct.Q8_0.gguf"
     if not q8.exists():

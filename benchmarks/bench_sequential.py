@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_memory import mmlu_like
-from real_model import smollm2_gguf, timed
+from real_model import offline_workdir, smollm2_gguf, timed
 
 
 def command(models: list[Path], data: Path, db: Path, cache: Path, extra: list[str]) -> list[str]:
@@ -57,9 +57,7 @@ def main() -> None:
     from sago_fast.store import Store
 
     work = args.workdir
-    work.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "SAGO_CACHE_DIR": str(work / "sago-cache"), "HF_HUB_OFFLINE": "1"}
-    os.environ.update(env)
+    env = offline_workdir(work)
     folder = resolve_checkpoint(smollm2_gguf()).path
     cache = work / "exports"
     data = mmlu_like(work / f"mmlu-short-{args.items}.csv", args.items, question_words=20)

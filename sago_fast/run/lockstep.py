@@ -17,8 +17,8 @@ from dataclasses import dataclass, replace
 from sago_fast.errors import InputError
 from sago_fast.run.config import RunConfig
 from sago_fast.run.progress import RunProgress
-from sago_fast.run.separation import PairBounds, SeparationMonitor, Side
-from sago_fast.run.sequential import decode_values, visiting_order, within_budget
+from sago_fast.run.separation import SeparationMonitor, Side
+from sago_fast.run.sequential import ACCURACY, decode_values, visiting_order, within_budget
 from sago_fast.run.units import Plan, Unit
 from sago_fast.run.worker import NOTHING_DONE, ChunkOutcome, UnitOutcome, evaluate_checkpoint
 from sago_fast.store import rows as build
@@ -99,16 +99,12 @@ def lockstep_outcomes(
         streams.append(_Stream(rank, group, outcomes, examples=_committed(resume, group[0])))
     while streams:
         stream = min(streams, key=lambda s: s.key(dataset_rank))
-        outcome = next(stream.outcomes, None)
-        if outcome is None:
-            streams.remove(stream)
-            continue
+        outcome = next(stream.outcomes)  # one outcome per chunk and per unit: never past its last unit
         if isinstance(outcome, ChunkOutcome):
             stream.examples += outcome.n_examples
-            values = decode_values(outcome.rows["unit_chunks"]["sequence_values"][0])
-            grown = monitor.add(outcome.unit_id, values)
+            grown = monitor.add(outcome.unit_id, outcome.sequence_values or {})
             for bounds in grown:
-                if bounds.metric == "accuracy":
+                if bounds.metric == ACCURACY:
                     log.info(
                         "%s: %d paired examples, accuracy difference %+.3f [%.3f, %.3f]",
                         plan.datasets[bounds.dataset_id].name,
@@ -118,26 +114,22 @@ def lockstep_outcomes(
                         bounds.upper,
                     )
             if grown:
-                rows = {**outcome.rows, "comparison_sequences": _columns(plan.run_id, outcome, grown, config)}
-                outcome = replace(outcome, rows=rows)
+                columns = build.comparison_sequence_columns(
+                    plan.run_id, outcome.unit_id, outcome.chunk, grown, config.sequential
+                )
+                outcome = replace(outcome, rows={**outcome.rows, "comparison_sequences": columns})
         else:
             if outcome.rows is None:
                 monitor.drop(outcome.unit_id)
             stream.position += 1
             if stream.position < len(stream.units):
                 stream.examples = _committed(resume, stream.units[stream.position])
-            else:
-                stream.examples = 0
-                stream.position = len(stream.units) - 1  # only its end is left: next() closes the model
+            else:  # its last unit: run the stream to its end, which closes the model
+                next(stream.outcomes, None)
+                streams.remove(stream)
         yield outcome
 
 
 def _committed(resume: Mapping[str, ChunksDone], unit: Unit) -> int:
     done = resume.get(unit.unit_id)
     return len(done.example_ids) if done is not None else 0
-
-
-def _columns(run_id: str, outcome: ChunkOutcome, bounds: Sequence[PairBounds], config: RunConfig):
-    return build.comparison_sequence_columns(
-        run_id, outcome.unit_id, outcome.chunk, bounds, config.sequential
-    )

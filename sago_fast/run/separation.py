@@ -29,9 +29,11 @@ from sago_fast.axes.catalogue import metric as metric_spec
 from sago_fast.run.sequential import (
     ACCURACY,
     ChunkValues,
+    MetricBounds,
     SequentialSettings,
     SequentialTracker,
     followed_metrics,
+    own_precision,
 )
 from sago_fast.stats.sequential import BettingSequence, Scale, Tuning
 
@@ -48,23 +50,14 @@ class Side:
 
 
 @dataclass(frozen=True)
-class PairBounds:
+class PairBounds(MetricBounds):
     """A comparison's confidence sequence for one metric after ``n_examples`` paired examples: the mean
-    difference b - a over the ``n_values`` examples both have a value for."""
+    difference b - a (``estimate``) over the ``n`` examples both have a value for."""
 
     dataset_id: str
     a: Side
     b: Side
-    metric: str
     n_examples: int
-    n_values: int
-    estimate: float
-    lower: float
-    upper: float
-
-    @property
-    def half_width(self) -> float:
-        return (self.upper - self.lower) / 2
 
     @property
     def sign(self) -> int:
@@ -149,7 +142,7 @@ class SeparationMonitor:
         metrics within H) or None (go on)."""
         settled = self.settled(unit_id)
         if settled is None:
-            return "precision" if tracker is not None and tracker.settled else None
+            return own_precision(unit_id, tracker) if tracker is not None else None
         return SEPARATED if settled else None
 
     def final(self) -> list[PairBounds]:
@@ -183,15 +176,15 @@ class SeparationMonitor:
         sequence.extend(scale.to_unit(differences))
         lower, upper = sequence.bounds()
         return PairBounds(
-            comparison.a.dataset_id,
-            comparison.a,
-            comparison.b,
             name,
-            k,
             len(differences),
             float(differences.mean()) if len(differences) else float("nan"),
             scale.from_unit(lower),
             scale.from_unit(upper),
+            comparison.a.dataset_id,
+            comparison.a,
+            comparison.b,
+            k,
         )
 
 

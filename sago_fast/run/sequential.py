@@ -210,6 +210,11 @@ class SequentialTracker:
         return Scale(*bounds)
 
 
+def own_precision(unit_id: str, tracker: SequentialTracker) -> str | None:
+    """The default stop rule: every followed metric's sequence within the wanted half-width."""
+    return "precision" if tracker.settled else None
+
+
 def start_sequence(
     variants: Sequence[Variant], settings: SequentialSettings, committed: Sequence[str | None] = ()
 ) -> tuple[list[Variant], SequentialTracker | None]:

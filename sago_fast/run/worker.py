@@ -22,7 +22,14 @@ from sago_fast.errors import raise_if_interrupted
 from sago_fast.run.config import RunConfig
 from sago_fast.run.evaluate import check_fits, evaluate_chunks, finish_unit, model_context
 from sago_fast.run.progress import RunProgress
-from sago_fast.run.sequential import SequentialTracker, chunk_values, encode_values, start_sequence
+from sago_fast.run.sequential import (
+    ChunkValues,
+    SequentialTracker,
+    chunk_values,
+    encode_values,
+    own_precision,
+    start_sequence,
+)
 from sago_fast.run.units import Unit
 from sago_fast.runtime.progress import NoProgress
 from sago_fast.store import rows as build
@@ -38,11 +45,6 @@ NOTHING_DONE = ChunksDone(0, (), 0, 0, 0.0)
 StopRule = Callable[[str, SequentialTracker], str | None]
 
 
-def own_precision(unit_id: str, tracker: SequentialTracker) -> str | None:
-    """The default rule: every followed metric's sequence within the wanted half-width."""
-    return "precision" if tracker.settled else None
-
-
 @dataclass(frozen=True)
 class ChunkOutcome:
     """One answered chunk of a unit: its rows, ``unit_chunks`` row (with the partial state) included."""
@@ -54,6 +56,7 @@ class ChunkOutcome:
     n_examples: int
     rows: TableRows
     seconds: float
+    sequence_values: ChunkValues | None = None  # a sequential unit: the chunk's followed values
 
 
 @dataclass(frozen=True)
@@ -178,6 +181,7 @@ def _evaluate(
         for chunk in chunks:
             seconds = time.perf_counter() - chunk_start
             sequence: TableRows = {}
+            values: ChunkValues | None = None
             values_json = None
             if tracker is not None:  # the followed metrics' values and sequences go in with the chunk
                 values = chunk_values(chunk.example_ids, chunk.canonical_correct, chunk.rows["item_scores"])
@@ -213,7 +217,14 @@ def _evaluate(
                 **sequence,
             }
             yield ChunkOutcome(
-                unit.unit_id, where, data.dataset_id, chunk.index, len(chunk.example_ids), rows, seconds
+                unit.unit_id,
+                where,
+                data.dataset_id,
+                chunk.index,
+                len(chunk.example_ids),
+                rows,
+                seconds,
+                values,
             )
             if tracker is not None:
                 stop = stop_rule(unit.unit_id, tracker)

@@ -372,7 +372,7 @@ def comparison_sequence_columns(
         "model_b": [b.b.model_id for b in bounds],
         "metric": [b.metric for b in bounds],
         "n_examples": [b.n_examples for b in bounds],
-        "n_values": [b.n_values for b in bounds],
+        "n_values": [b.n for b in bounds],
         "difference": [b.estimate for b in bounds],
         "lower": [b.lower for b in bounds],
         "upper": [b.upper for b in bounds],

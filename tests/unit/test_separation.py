@@ -52,7 +52,7 @@ def test_a_clear_difference_settles_on_its_sign_before_the_end():
     assert stops["uA"] == stops["uB"] < N
     (final,) = mon.final()
     assert final.sign == 1 and final.lower > 0 and final.settled(0.01)
-    assert final.n_examples == final.n_values == stops["uA"]
+    assert final.n_examples == final.n == stops["uA"]
     a, b = accuracy(0.2, 1), accuracy(0.8, 2)
     expected = np.mean([b[e] - a[e] for e in ORDER[: stops["uA"]]])
     assert final.estimate == pytest.approx(expected)
