@@ -27,7 +27,6 @@ from sago_fast.errors import InputError
 from sago_fast.stats.sequential import BettingSequence, Scale, Tuning
 from sago_fast.types import Variant
 
-STOP_REASONS = ("precision", "separated", "budget", "exhausted")
 ACCURACY = "accuracy"
 
 
