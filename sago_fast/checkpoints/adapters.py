@@ -136,6 +136,31 @@ def adapter_modules(folder: Path, header: dict[str, Any]) -> dict[str, tuple[str
     return {module: (pair["A"], pair["B"]) for module, pair in sorted(factors.items())}
 
 
+def check_base_shapes(
+    folder: Path, config: LoraConfig, adapter_header: dict[str, Any], base_header: dict[str, Any]
+) -> None:
+    """CheckpointError (one line naming the adapter, the module and ``--base``) when an adapted module's
+    update ``B A`` (out, in) does not fit the base's weight, e.g. a base of another architecture or size.
+    ``base_header``: the base's safetensors tensors (all files). Checked before anything is exported."""
+    modules = adapter_modules(folder, adapter_header)
+    for module, (key_a, key_b) in modules.items():
+        found = [module + ".weight", module.split(".", 1)[-1] + ".weight"]  # GPT-2 saves without "transformer."
+        weight = next((base_header[k] for k in found if k in base_header), None)
+        if weight is None:
+            raise CheckpointError(
+                f"{folder}: adapted module {module!r} has no weight in the base "
+                "(a base of another architecture? name the right one with --base)"
+            )
+        rank_in, out_rank = adapter_header[key_a]["shape"], adapter_header[key_b]["shape"]
+        update = (out_rank[0], rank_in[-1])
+        expected = tuple(update[::-1]) if config.fan_in_fan_out else update
+        if tuple(weight["shape"]) != expected:
+            raise CheckpointError(
+                f"{folder}: {module}: the adapter's update is {expected}, the base's weight "
+                f"{tuple(weight['shape'])}: the adapter does not fit this base (set the right one with --base)"
+            )
+
+
 def adapter_weights(folder: Path) -> Path:
     file = folder / ADAPTER_WEIGHTS
     if not file.is_file():

@@ -148,18 +148,24 @@ def _resolve_adapter(
         adapter_modules,
         adapter_weights,
         base_reference,
+        check_base_shapes,
         read_adapter_config,
     )
     from sago_fast.checkpoints.tensors import safetensors_header
 
     config = read_adapter_config(path)
     weights = adapter_weights(path)
-    adapter_modules(path, safetensors_header(weights)[1])  # refuses what cannot be evaluated, up front
+    adapter_header = safetensors_header(weights)[1]
+    adapter_modules(path, adapter_header)  # refuses what cannot be evaluated, up front
     if not isinstance(base, Checkpoint):
         reference = base_reference(path, config, None if base is None else str(base))
         base = _resolve_model(reference, allow_pickle, gguf_cache_dir)
     if base.is_adapter:
         raise CheckpointError(f"{path}: its base {base.display_path} is an adapter itself")
+    base_files = [base.path / f for f in base.weight_files if f.endswith(".safetensors")]
+    if base_files:  # a pickle-only base is checked when its weights are exported
+        base_header = {name: info for file in base_files for name, info in safetensors_header(file)[1].items()}
+        check_base_shapes(path, config, adapter_header, base_header)
     files = [path / ADAPTER_CONFIG, weights]
     digest = remembered(
         "adapter-" + base.content_hash, files, lambda: adapter_hash(path, base.content_hash), cache_root()

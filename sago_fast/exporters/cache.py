@@ -34,7 +34,7 @@ from sago_fast.exporters.export import (
     eos_token_ids,
     export_checkpoint,
 )
-from sago_fast.exporters.reweight import graph_signature, link_or_copy, sibling_fits, write_sibling_graph
+from sago_fast.exporters.reweight import graph_signature, sibling_fits, write_sibling_graph
 from sago_fast.paths import cache_root
 from sago_fast.runinfo import versions_of
 from sago_fast.types import ExportSettings
@@ -229,13 +229,16 @@ def _sibling_entry(
 
 
 def copy_export(exported: ExportedModel, out_dir: Path) -> Path:
-    """Place a complete copy of an export at ``out_dir`` (hard links when possible), atomically."""
+    """Place a complete, standalone copy of an export at ``out_dir``, atomically.
+
+    Files are copied, never hard-linked: ``onnx.load`` (1.23 and later) refuses external data in a file
+    with more than one link, and a copy outlives ``sago cache`` clean-ups and edits of the checkpoint."""
     out_dir = out_dir.expanduser()
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
     try:
         for item in exported.path.iterdir():  # a re-weighted entry is self-contained too
-            link_or_copy(item, tmp / item.name)
+            shutil.copy2(item, tmp / item.name)
         if out_dir.exists():
             if not (out_dir / MANIFEST_FILE).is_file() and any(out_dir.iterdir()):
                 raise ExportError(f"{out_dir}: exists and is not a sago export; refusing to overwrite")

@@ -23,6 +23,7 @@ from sago_fast.checkpoints.adapters import adapter_modules, adapter_weights, rea
 from sago_fast.checkpoints.resolve import Checkpoint
 from sago_fast.checkpoints.tensors import safetensors_header
 from sago_fast.errors import CheckpointError, ExportError
+from sago_fast.exporters.reweight import read_initializer
 
 log = logging.getLogger(__name__)
 
@@ -57,8 +58,6 @@ def _graph_weights(graph_path: Path) -> dict[str, Any]:
 def adapted_weights(adapter: Checkpoint, graph_path: Path, weight_names: list[str]) -> dict[str, np.ndarray]:
     """Initializer name -> ``W + scale · B A`` for every layer ``adapter`` adapts, in the base graph's
     dtype. ``weight_names``: the base graph's named parameters (its manifest's ``reweight`` names)."""
-    from onnx import numpy_helper
-
     config = read_adapter_config(adapter.path)
     file = adapter_weights(adapter.path)
     data_start, header = safetensors_header(file)
@@ -80,7 +79,7 @@ def adapted_weights(adapter: Checkpoint, graph_path: Path, weight_names: list[st
         delta = (b @ a) * np.float32(config.scale(module, a.shape[0]))  # (out, in)
         if config.fan_in_fan_out:
             delta = delta.T
-        weight = numpy_helper.to_array(initializers[name], base_dir=str(graph_path.parent))  # external data
+        weight = read_initializer(initializers[name], graph_path.parent)  # external data, maybe a hard link
         if weight.shape != delta.shape:
             raise CheckpointError(
                 f"{file}: {module}: the adapter's update is {delta.shape}, the base's weight {weight.shape}"

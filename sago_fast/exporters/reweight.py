@@ -107,6 +107,32 @@ def link_or_copy(source: Path, target: Path) -> bool:
         return False
 
 
+def read_initializer(tensor: Any, base_dir: Path) -> np.ndarray:
+    """An ONNX initializer's value, its external data read from ``base_dir`` (inline data as usual).
+
+    Not :func:`onnx.numpy_helper.to_array` for external data: since onnx 1.23 it refuses any data file with
+    more than one hard link, and a re-weighted sibling's weights are, by design, a hard link to its
+    checkpoint's safetensors file (``link_or_copy``). The location stays inside ``base_dir``."""
+    from onnx import numpy_helper
+    from onnx.external_data_helper import ExternalDataInfo, uses_external_data
+    from onnx.helper import tensor_dtype_to_np_dtype
+
+    if not uses_external_data(tensor):
+        return numpy_helper.to_array(tensor)
+    info = ExternalDataInfo(tensor)
+    path = (base_dir / info.location).resolve()
+    if path.parent != base_dir.resolve():
+        raise ExportError(f"{base_dir}: initializer {tensor.name!r} points outside its folder ({info.location})")
+    dtype = np.dtype(tensor_dtype_to_np_dtype(tensor.data_type))
+    count = int(np.prod(tensor.dims, dtype=np.int64))
+    if info.length and info.length != count * dtype.itemsize:
+        raise ExportError(f"{path}: initializer {tensor.name!r} is {info.length} bytes, not {count} × {dtype}")
+    array = np.fromfile(path, dtype=dtype, count=count, offset=int(info.offset or 0))
+    if array.size != count:
+        raise ExportError(f"{path}: initializer {tensor.name!r} runs past the end of the file")
+    return array.reshape(tuple(tensor.dims))
+
+
 def _point_at(tensor: Any, location: str, offset: int, length: int) -> None:
     """Make an ONNX initializer an external reference to ``length`` bytes at ``offset`` of ``location``."""
     from onnx import TensorProto
@@ -176,7 +202,7 @@ def write_sibling_graph(
                 handle.write(array.tobytes())
     for name, tensor in initializers.items():  # the graph's constants, read from the base entry's file
         if name not in wanted:
-            value = numpy_helper.to_array(tensor, base_dir=str(base_graph.parent))
+            value = read_initializer(tensor, base_graph.parent)
             tensor.CopyFrom(numpy_helper.from_array(value, name))
     onnx.save(graph, str(out_dir / MODEL_FILE))
     files = [MODEL_FILE, *linked, *([CONVERTED_FILE] if converted else [])]

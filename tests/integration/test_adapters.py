@@ -68,6 +68,34 @@ def test_adapter_log_likelihoods_equal_peft_merged(arch, lora, bases, tmp_path):
     assert len(entries) == 1  # the base's export only: the adapter adds nothing to the cache
 
 
+def test_an_adapter_on_a_re_weighted_sibling_equals_peft_merged(bases, tokenizer, tmp_path):
+    """The base is a sibling of an exported checkpoint (same graph, its own weights hard-linked into the
+    cache entry): the adapted weights are read through that link, and equal HF + peft within 1e-4."""
+    from transformers import AutoTokenizer
+
+    cache = tmp_path / "cache"
+    sago_fast.load_model(bases["llama"], cache_dir=cache).close()  # the graph's first export
+    sibling = build_tiny_checkpoint("llama", tmp_path / "sibling", SIZE, seed=11, tokenizer=tokenizer)
+    adapter = make_adapter(sibling, tmp_path / "adapter", seed=5, target_modules=["k_proj", "up_proj"])
+    checkpoint = resolve_checkpoint(adapter, base=sibling)
+    tok = AutoTokenizer.from_pretrained(sibling)
+    with sago_fast.load_model(checkpoint, cache_dir=cache) as model:
+        assert model.exported.manifest["graph_from"] is not None  # a re-weighted entry, not an export
+        ours = sago_log_likelihoods(model, tok, TEXTS)
+    assert_same_log_likelihoods(ours, merged_log_likelihoods(sibling, adapter, tok, TEXTS), TOL)
+
+
+def test_an_adapter_of_another_architecture_is_refused_before_work(bases, tmp_path):
+    """A ``--base`` whose shapes do not fit the adapter is one line at resolve time, not a unit failure."""
+    adapter = make_adapter(bases["llama"], tmp_path / "adapter")
+    other = build_tiny_checkpoint(
+        "llama", tmp_path / "narrow", TinySize(hidden=32, layers=2, heads=4, kv_heads=2, intermediate=48)
+    )
+    with pytest.raises(CheckpointError, match=r"adapter.*\(64, 64\).*\(32, 32\)|fit") as error:
+        resolve_checkpoint(adapter, base=other)
+    assert "\n" not in str(error.value) and "--base" in str(error.value)
+
+
 @pytest.mark.parametrize(
     ("lora", "message"),
     [

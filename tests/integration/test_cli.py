@@ -87,6 +87,11 @@ def test_export_then_reuse(tmp_path, checkpoints):
     assert "cache hit" in second.stdout
     manifest = json.loads((tmp_path / "b" / "manifest.json").read_text())
     assert manifest["model_type"] == "phi3" and (tmp_path / "b" / "model.onnx").is_file()
+    import onnx  # standard ONNX with external data: onnx itself loads and checks it
+
+    onnx.checker.check_model(str(tmp_path / "b" / "model.onnx"))
+    graph = onnx.load(str(tmp_path / "b" / "model.onnx"))
+    assert sum(i.ByteSize() for i in graph.graph.initializer) > 1000  # the weights were read
 
 
 def test_probe_bad_texts(checkpoints, cache_dir):

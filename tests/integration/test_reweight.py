@@ -60,7 +60,12 @@ def test_reweighted_graph_equals_a_fresh_export(arch, tmp_path, tokenizer):
         assert_same(got, outputs(fresh))
         expected = fresh.generate_ids(PROMPTS, GenerationSettings(max_new_tokens=4, stop=()))
         assert [g.token_ids for g in generated] == [g.token_ids for g in expected]
-    # `sago export` of a re-weighted entry writes a standalone graph with the sibling's weights
+    # `sago export` of a re-weighted entry writes a standalone graph with the sibling's weights, which
+    # onnx itself loads (no file of it is a hard link: onnx >= 1.23 refuses those) and checks
+    onnx.checker.check_model(str(standalone / "model.onnx"))
+    loaded = onnx.load(str(standalone / "model.onnx"))  # external data included
+    assert all(f.stat().st_nlink == 1 for f in standalone.iterdir())
+    assert {i.name for i in loaded.graph.initializer} >= set(reweighted.exported.manifest["reweight"]["names"])
     import onnxruntime as ort
 
     session = ort.InferenceSession(str(standalone / "model.onnx"), providers=["CPUExecutionProvider"])
