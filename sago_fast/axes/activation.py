@@ -9,7 +9,10 @@ A block holds H: (n_layers + 1, E, V, d) for one pooling and one variant layout 
   between_example_distance[l] = mean cosine distance between canonical variants of *different* examples:
                             exact from the per-layer sum of unit-length canonical vectors (dataset scorer)
   dispersion[l, e, f]     = dispersion_raw / between_example_distance (0 = variants collapse, 1 = a
-                            rewording moves the representation as far as another question) (dataset scorer)
+                            rewording moves the representation as far as another question) (dataset scorer);
+                            left out (no row) at a layer whose between-example distance is 0 or undefined
+                            (e.g. layer 0 under last-token pooling, where every prompt ends in the same
+                            token, or a unit of one example): a ratio to no spread is not a number
   knn_instability[l,e,f]  = 1 - |kNN_canonical(e) ∩ kNN_f(e)| / k, neighbours among the other examples
                             (k = min(10, E - 2)), averaged over the family's variants; and
   cka[l, f] (dataset)     = linear CKA between canonical and family-f representations (first variant of f)
@@ -128,7 +131,8 @@ def _grouped(partials: Sequence[Mapping[str, np.ndarray]]) -> dict[str, dict[str
 
 @dataset_scorer("dispersion")
 class Dispersion:
-    """Dispersion normalised by the between-example distance of the whole unit."""
+    """Dispersion normalised by the between-example distance of the whole unit; a layer whose examples do
+    not spread (between-example distance 0, or fewer than 2 examples) has no dispersion rows."""
 
     axis = AXIS
 
@@ -151,14 +155,14 @@ class Dispersion:
             counts = np.sum(fields["counts"], axis=0)
             between = between_example_distance(np.sum(fields["unit_sum"], axis=0), counts[0], counts[1])
             ids = [str(x) for part in fields["ids"] for x in part]
+            spread = between > NO_SPREAD  # (L,) False where the ratio has no denominator (NaN included)
             for name in sorted(f for f in fields if f.startswith("raw=")):
                 family = name[4:]
                 raw = np.concatenate(fields[name], axis=1)  # (L, E)
-                with np.errstate(invalid="ignore", divide="ignore"):
-                    value = raw / between[:, None]
-                rows.layers.append(
-                    LayerScores.grid(ids, pooling, "dispersion", None if family == "*" else family, value)
-                )
+                value = raw / np.where(spread, between, 1.0)[:, None]
+                grid = LayerScores.grid(ids, pooling, "dispersion", None if family == "*" else family, value)
+                if spread.any():
+                    rows.layers.append(grid.select(spread[grid.layer]))
             rows.datasets += [
                 DatasetScore(AXIS, "between_example_distance", "canonical", layer, pooling, float(d))
                 for layer, d in enumerate(between)

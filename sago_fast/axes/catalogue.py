@@ -38,6 +38,13 @@ class MetricSpec:
     sesoi: float | None = None  # replicate nulls: smallest effect of practical interest (the null's floor)
     bounds: tuple[float, float] | None = None  # the range of one example's value (None: unbounded)
 
+    def __post_init__(self) -> None:
+        if self.headline is not None and "item_scores" not in self.tables:
+            raise ValueError(
+                f"metric {self.name!r}: a headline metric is read from item_scores (summary, model_scores, "
+                "report), so it must be written there"
+            )
+
     @property
     def axis_label(self) -> str:
         return self.label or f"{self.name.replace('_', ' ')} ({self.unit})"
@@ -98,7 +105,7 @@ for _spec in (
         _LAYER_ITEM,
         unit="ratio to between-example distance",
         headline=0,
-        label="dispersion (cosine dist. ÷ between-example dist.)",
+        label="dispersion, mean over layers (cosine dist. ÷ between-example dist.)",
     ),
     MetricSpec("activation", "knn_instability", _LAYER_ITEM, null="tolerance", bounds=UNIT),
     MetricSpec("activation", "replicate_distance", ("layer_scores",), unit="cosine distance"),
@@ -246,6 +253,20 @@ def check_written(axis: str, scores: list) -> list:
     for written_axis in {s.axis for s in scores} - {axis}:
         raise ValueError(f"a scorer of axis {axis!r} wrote rows of axis {written_axis!r}")
     return scores
+
+
+def precision_limit(paired: bool = False) -> tuple[float, str]:
+    """(limit, metric): a sequential half-width must stay below ``limit``, half the range of the widest
+    metric a sequential unit follows (a confidence sequence inside a range is never wider than half of it,
+    so at ``limit`` every followed metric would be settled before the first example: a unit would stop at
+    once). ``paired``: comparisons of two models, whose differences span twice the range."""
+    widths = {
+        name: CATALOGUE.get(name).bounds[1] - CATALOGUE.get(name).bounds[0]  # type: ignore[index]
+        for group in sequential_metrics()
+        for name in group
+    }
+    widest = max(widths, key=lambda n: widths[n])
+    return widths[widest] * (1.0 if paired else 0.5), widest
 
 
 def sequential_metrics() -> tuple[tuple[str, ...], ...]:

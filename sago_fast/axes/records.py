@@ -92,6 +92,18 @@ class LayerScores:
     def __len__(self) -> int:
         return len(self.metric)
 
+    def select(self, rows: np.ndarray) -> LayerScores:
+        """The rows where ``rows`` (bool, (rows,)) is true."""
+        picked = np.flatnonzero(rows)
+        return LayerScores(
+            example_id=[self.example_id[i] for i in picked],
+            layer=self.layer[picked],
+            pooling=self.pooling,
+            metric=[self.metric[i] for i in picked],
+            family=[self.family[i] for i in picked],
+            value=self.value[picked],
+        )
+
 
 @dataclass
 class ScoredRows:

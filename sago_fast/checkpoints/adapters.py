@@ -144,7 +144,10 @@ def check_base_shapes(
     ``base_header``: the base's safetensors tensors (all files). Checked before anything is exported."""
     modules = adapter_modules(folder, adapter_header)
     for module, (key_a, key_b) in modules.items():
-        found = [module + ".weight", module.split(".", 1)[-1] + ".weight"]  # GPT-2 saves without "transformer."
+        found = [
+            module + ".weight",
+            module.split(".", 1)[-1] + ".weight",
+        ]  # GPT-2 saves without "transformer."
         weight = next((base_header[k] for k in found if k in base_header), None)
         if weight is None:
             raise CheckpointError(

@@ -17,6 +17,8 @@ import logging
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -230,17 +232,38 @@ def convert_gguf(path: str | os.PathLike[str], cache_dir: str | os.PathLike[str]
     return target
 
 
+@contextmanager
+def _no_conversion_bar() -> Iterator[None]:
+    """transformers draws its own tqdm bar over the GGUF tensors (not switched off by its logging
+    settings); sago's one log line says what happens instead."""
+    from functools import partial
+    from unittest import mock
+
+    from transformers import modeling_gguf_pytorch_utils as gguf_utils
+
+    bar = getattr(gguf_utils, "tqdm", None)
+    if bar is None:
+        yield
+        return
+    with mock.patch.object(gguf_utils, "tqdm", partial(bar, disable=True)):
+        yield
+
+
 def _convert(source: Path, info: GGUFInfo, out: Path) -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()
+    from sago_fast.runtime.progress import progress_line
+
+    progress_line(None, f"converting {source.name} once (dequantised to float32; cached in {out.parent})")
     try:
-        tokenizer = AutoTokenizer.from_pretrained(source.parent, gguf_file=source.name)
-        model = AutoModelForCausalLM.from_pretrained(
-            source.parent, gguf_file=source.name, dtype=torch.float32
-        )
+        with _no_conversion_bar():
+            tokenizer = AutoTokenizer.from_pretrained(source.parent, gguf_file=source.name)
+            model = AutoModelForCausalLM.from_pretrained(
+                source.parent, gguf_file=source.name, dtype=torch.float32
+            )
     except ImportError as exc:
         raise CheckpointError(f"{source}: loading GGUF files needs {exc}") from None
     except Exception as exc:  # unsupported architecture or quantisation type

@@ -159,12 +159,20 @@ def _resolve_adapter(
     adapter_modules(path, adapter_header)  # refuses what cannot be evaluated, up front
     if not isinstance(base, Checkpoint):
         reference = base_reference(path, config, None if base is None else str(base))
-        base = _resolve_model(reference, allow_pickle, gguf_cache_dir)
+        try:
+            base = _resolve_model(reference, allow_pickle, gguf_cache_dir)
+        except CheckpointError as exc:
+            named_by = "--base" if base is not None else f"base_model_name_or_path in {ADAPTER_CONFIG}"
+            raise CheckpointError(
+                f"adapter {path}: its base ({named_by}) cannot be used: {exc} (set the base with --base)"
+            ) from None
     if base.is_adapter:
         raise CheckpointError(f"{path}: its base {base.display_path} is an adapter itself")
     base_files = [base.path / f for f in base.weight_files if f.endswith(".safetensors")]
     if base_files:  # a pickle-only base is checked when its weights are exported
-        base_header = {name: info for file in base_files for name, info in safetensors_header(file)[1].items()}
+        base_header = {
+            name: info for file in base_files for name, info in safetensors_header(file)[1].items()
+        }
         check_base_shapes(path, config, adapter_header, base_header)
     files = [path / ADAPTER_CONFIG, weights]
     digest = remembered(

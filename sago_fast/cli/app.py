@@ -51,9 +51,26 @@ def main() -> None:
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     from sago_fast.errors import Interrupted, SagoError
 
+    try:  # typer >= 0.22 vendors click; older typer uses click itself
+        from typer._click.exceptions import NoArgsIsHelpError, UsageError
+    except ImportError:  # pragma: no cover
+        from click.exceptions import NoArgsIsHelpError, UsageError  # type: ignore[assignment]
+
     debug = "--debug" in sys.argv[1:]
     try:
-        app()
+        code = typer.main.get_command(app).main(prog_name="sago", standalone_mode=False)
+        if isinstance(code, int) and code:  # --help and friends return their exit code here
+            sys.exit(code)
+    except NoArgsIsHelpError as exc:  # `sago` or `sago variants` alone: the help
+        exc.show()
+        sys.exit(exc.exit_code)
+    except UsageError as exc:  # a wrong type, an unknown option, a missing value: one line, as every error
+        if debug:
+            raise
+        print(f"sago: error: {_one_line(exc.format_message())}", file=sys.stderr)
+        sys.exit(2)
+    except typer.Abort:
+        _exit_interrupted("sago: interrupted before any result was written")
     except Interrupted as exc:
         _exit_interrupted(f"sago: interrupted: {exc}")
     except SagoError as exc:
@@ -63,6 +80,10 @@ def main() -> None:
         sys.exit(2)
     except KeyboardInterrupt:
         _exit_interrupted("sago: interrupted before any result was written")
+
+
+def _one_line(text: str) -> str:
+    return " ".join(line.strip() for line in text.splitlines() if line.strip())
 
 
 def _exit_interrupted(message: str) -> None:

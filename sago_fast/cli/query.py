@@ -56,13 +56,21 @@ def render_markdown(columns: list[str], rows: list[tuple[Any, ...]]) -> str:
 
 
 def query_command(
-    sql: Annotated[str, typer.Argument(help='SQL to run, e.g. "SELECT * FROM models".')],
     db: DbOpt,
+    sql: Annotated[
+        str | None,
+        typer.Argument(
+            help='SQL to run, e.g. "SELECT * FROM models"; several statements are run in turn. "-" reads it '
+            "from standard input (for SQL that starts with a -- comment, or a pasted block)."
+        ),
+    ] = None,
+    file: Annotated[
+        Path | None,
+        typer.Option("--file", "-f", help="Read the SQL from this file (- for standard input)."),
+    ] = None,
     fmt: Annotated[
         str,
-        typer.Option(
-            "--format", "-f", help="table (cells cut at 60 characters, marked …), csv, json or markdown."
-        ),
+        typer.Option("--format", help="table (cells cut at 60 characters, marked …), csv, json or markdown."),
     ] = "table",
 ) -> None:
     from sago_fast.errors import SagoError
@@ -70,8 +78,41 @@ def query_command(
 
     if fmt not in FORMATS:
         raise SagoError(f"--format must be one of {', '.join(FORMATS)}, not {fmt!r}")
+    text = _sql_text(sql, file)
     with Store(Path(db), read_only=True) as store:
-        columns, rows = store.query(sql)
+        statements = store.statements(text)
+        if not statements:
+            raise SagoError("no SQL statement given (only comments or blanks)")
+        results = [store.query(statement) for statement in statements]
+    for i, (columns, rows) in enumerate(results):
+        if i:
+            typer.echo("")
+        _print(columns, rows, fmt)
+
+
+def _sql_text(sql: str | None, file: Path | None) -> str:
+    """The SQL from the argument, ``--file`` or standard input (``-``), exactly one of them."""
+    from sago_fast.errors import InputError
+
+    if file is not None and str(file) in FORMATS and not file.is_file():
+        raise InputError(f"-f/--file reads the SQL from a file: for the output format, use --format {file}")
+    if (sql is None) == (file is None):
+        raise InputError(
+            "give the SQL as one argument, or --file FILE (- for standard input), not both and not neither"
+        )
+    if file is not None and str(file) != "-":
+        if not file.is_file():
+            raise InputError(f"--file {file}: no such file")
+        try:
+            return file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise InputError(f"--file {file}: cannot read it ({exc})") from None
+    if sql is not None and sql != "-":
+        return sql
+    return sys.stdin.read()
+
+
+def _print(columns: list[str], rows: list[tuple[Any, ...]], fmt: str) -> None:
     if fmt == "csv":
         writer = csv.writer(sys.stdout, lineterminator="\n")
         writer.writerow(columns)

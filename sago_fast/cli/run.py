@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from sago_fast import defaults
 from sago_fast.cli.options import CacheDirOpt, OptionalDbOpt, OptionalDeviceOpt
+
+if TYPE_CHECKING:
+    from sago_fast.run import RunConfig
+    from sago_fast.run.pipeline import RunResult
 
 
 def run_command(
@@ -170,10 +174,8 @@ def run_command(
     ] = None,
     cache_dir: CacheDirOpt = None,
 ) -> None:
-    from sago_fast.cli.query import render_table
     from sago_fast.run import RunConfig, run
-    from sago_fast.store import Store, queries
-    from sago_fast.store.queries import summary_rows
+    from sago_fast.run.pipeline import UnitsFailedError
 
     given: dict[str, Any] = {
         "models": tuple(model or ()),
@@ -208,7 +210,21 @@ def run_command(
         run_config = RunConfig.from_yaml(config, **given)
     else:
         run_config = RunConfig(**{k: v for k, v in given.items() if v is not None})
-    result = run(run_config, light_start=True)
+    try:
+        result = run(run_config, light_start=True)
+    except UnitsFailedError as exc:  # what did run is shown before the error line
+        if exc.result is not None and (exc.result.units or exc.result.skipped):
+            _print_result(exc.result, run_config)
+        raise
+    _print_result(result, run_config)
+
+
+def _print_result(result: RunResult, run_config: RunConfig) -> None:
+    """The run summary (the units in the results file), why sequential units stopped, and the run line."""
+    from sago_fast.cli.query import render_table
+    from sago_fast.store import Store, queries
+    from sago_fast.store.queries import summary_rows
+
     if result.db_path is None:
         typer.echo(f"{result.describe()}; shard {run_config.shard} -> {result.shard_dir}")
         return

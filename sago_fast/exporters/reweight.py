@@ -122,11 +122,15 @@ def read_initializer(tensor: Any, base_dir: Path) -> np.ndarray:
     info = ExternalDataInfo(tensor)
     path = (base_dir / info.location).resolve()
     if path.parent != base_dir.resolve():
-        raise ExportError(f"{base_dir}: initializer {tensor.name!r} points outside its folder ({info.location})")
+        raise ExportError(
+            f"{base_dir}: initializer {tensor.name!r} points outside its folder ({info.location})"
+        )
     dtype = np.dtype(tensor_dtype_to_np_dtype(tensor.data_type))
     count = int(np.prod(tensor.dims, dtype=np.int64))
     if info.length and info.length != count * dtype.itemsize:
-        raise ExportError(f"{path}: initializer {tensor.name!r} is {info.length} bytes, not {count} × {dtype}")
+        raise ExportError(
+            f"{path}: initializer {tensor.name!r} is {info.length} bytes, not {count} × {dtype}"
+        )
     array = np.fromfile(path, dtype=dtype, count=count, offset=int(info.offset or 0))
     if array.size != count:
         raise ExportError(f"{path}: initializer {tensor.name!r} runs past the end of the file")

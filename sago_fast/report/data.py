@@ -24,6 +24,7 @@ class ReportData:
     run_id: str | None
     run_info: dict[str, Any] = field(default_factory=dict)
     headline: Table = field(default_factory=lambda: Table([], []))  # model × dataset × axis metric + CI
+    tests: list[str] = field(default_factory=list)  # every model_scores.test of the run (how CIs were made)
     layers: list[tuple[str, str, int, float]] = field(
         default_factory=list
     )  # model, dataset, layer, dispersion
@@ -64,6 +65,7 @@ def load_report_data(store: Store, run_id: str | None, n_unstable: int = 10) -> 
         data.run_info = dict(zip(keys, info[0], strict=True))
     columns, rows = store.query(queries.REPORT_HEADLINE, params)
     data.headline = Table(columns, rows)
+    data.tests = [row[0] for row in store.query(queries.REPORT_TESTS, params)[1]]
     _, data.layers = store.query(  # type: ignore[assignment]
         queries.REPORT_LAYERS,
         params,

@@ -90,7 +90,7 @@ def layer_plot(data: ReportData) -> str:
         ax.axhline(1.0, color="grey", linestyle=":", linewidth=1)
         ax.set_title(dataset, fontsize=9)
         ax.set_xlabel("layer (0 = embeddings)")
-        ax.set_ylabel(axis_label("dispersion"), fontsize=8)
+        ax.set_ylabel("dispersion at the layer (cosine dist. ÷ between-example dist.)", fontsize=8)
         ax.legend(fontsize=7)
     return _svg(fig)
 
@@ -150,37 +150,54 @@ def correlation_heatmap(data: ReportData) -> str:
     return _svg(fig)
 
 
+LOG_SCALE_SPREAD = 5.0  # lines of one panel whose levels differ more than this share a log scale
+
+
 def training_plot(data: ReportData) -> str:
-    """Headline scores over training steps, one panel per axis and one line per (training run, dataset),
-    with the CI band; steps where the score changed significantly from the step before are marked."""
-    lines: dict[str, dict[tuple[str, str], list[tuple[int, float, float, float]]]] = defaultdict(
+    """Headline scores over training steps, one panel per (axis, metric) and one line per (training run,
+    dataset), with the CI band; steps where the score changed significantly from the step before are
+    marked. Where the lines of a panel sit at levels more than ``LOG_SCALE_SPREAD`` times apart (one
+    dataset's dispersion near 15, another's near 1.5), the panel's y axis is logarithmic and says so."""
+    lines: dict[tuple[str, str], dict[tuple[str, str], list[tuple[int, float, float, float]]]] = defaultdict(
         lambda: defaultdict(list)
     )
-    metric_of: dict[str, str] = {}
     for run, dataset, axis, metric, step, estimate, low, high in data.trajectories:
-        lines[axis][(run, dataset)].append(
+        lines[(axis, metric)][(run, dataset)].append(
             (step, estimate, np.nan if low is None else low, np.nan if high is None else high)
         )
-        metric_of[axis] = metric
-    changed = {(r[0], r[1], r[2], r[5]) for r in data.changes.rows}  # (run, dataset, axis, step_to)
-    axes_present = [a for a in AXIS_ORDER if a in lines]
+    changed = {(r[0], r[1], r[2], r[3], r[5]) for r in data.changes.rows}  # (run, dataset, axis, metric, to)
+    panels_present = sorted(lines, key=lambda k: (AXIS_ORDER.index(k[0]) if k[0] in AXIS_ORDER else 99, k[1]))
     several_runs = len({run for by_line in lines.values() for run, _ in by_line}) > 1
-    fig, panels = _figure(len(axes_present), width=3.4)
-    for ax, axis in zip(panels, axes_present, strict=False):
-        for (run, dataset), points in sorted(lines[axis].items()):
+    fig, panels = _figure(len(panels_present), width=3.4)
+    for ax, (axis, metric) in zip(panels, panels_present, strict=False):
+        levels = []
+        for (run, dataset), points in sorted(lines[(axis, metric)].items()):
             columns = np.array(sorted(points), dtype=np.float64)  # (n_steps, 4)
             steps, estimate, low, high = columns.T
+            levels.append(np.nanmean(estimate))
             label = f"{run} / {dataset}" if several_runs else dataset
             (line,) = ax.plot(steps, estimate, marker="o", markersize=3, label=label)
             ax.fill_between(steps, low, high, color=line.get_color(), alpha=0.2, linewidth=0)
-            marked = [i for i, s in enumerate(steps) if (run, dataset, axis, int(s)) in changed]
+            marked = [i for i, s in enumerate(steps) if (run, dataset, axis, metric, int(s)) in changed]
             if marked:
                 ax.scatter(steps[marked], estimate[marked], marker="*", s=90, color="crimson", zorder=3)
+        log_scale = _needs_log_scale(levels, lines[(axis, metric)].values())
+        if log_scale:
+            ax.set_yscale("log")
         ax.set_xlabel("training step")
-        ax.set_ylabel(axis_label(metric_of[axis]), fontsize=8)
-        ax.set_title(f"{axis} (★ significant change)", fontsize=9)
+        ax.set_ylabel(axis_label(metric) + (", log scale" if log_scale else ""), fontsize=8)
+        ax.set_title(f"{axis}: {metric} (★ significant change)", fontsize=9)
         ax.legend(fontsize=7)
     return _svg(fig)
+
+
+def _needs_log_scale(levels: list[float], lines) -> bool:
+    """Whether a panel's lines sit at positive levels more than ``LOG_SCALE_SPREAD`` times apart."""
+    values = np.array([p[k] for points in lines for p in points for k in (1, 2, 3)], dtype=np.float64)
+    values = values[np.isfinite(values)]
+    if len(levels) < 2 or values.size == 0 or values.min() <= 0:
+        return False
+    return max(levels) / min(levels) > LOG_SCALE_SPREAD
 
 
 def sequence_plot(data: ReportData) -> str:

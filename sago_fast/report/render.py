@@ -50,7 +50,8 @@ def render_report(data: ReportData) -> str:
         loader=PackageLoader("sago_fast.report", "templates"), autoescape=select_autoescape(["j2"])
     )
     env.globals["table"] = html_table
-    context: dict[str, Any] = {"run": data.run_info or None, "empty": data.empty}
+    methods = sorted({test.split(":")[0] for test in data.tests} - {"none"})  # "studentized bootstrap", ...
+    context: dict[str, Any] = {"run": data.run_info or None, "empty": data.empty, "tests": methods}
     if not data.empty:
         datasets = sorted({r[1] for r in data.headline.rows})
         models = sorted({r[0] for r in data.headline.rows}, key=natural_key)
@@ -107,7 +108,7 @@ def write_report(
     from sago_fast.stats import run_stats
     from sago_fast.stats.data import check_run, latest_finished_run
 
-    with Store(db) as store:
+    with Store(db, create=False) as store:
         if run_id is not None:
             check_run(store, run_id)
         run = run_id or latest_finished_run(store)

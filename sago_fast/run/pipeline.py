@@ -5,9 +5,11 @@ Parquet chunk folder when sharded) and finish each unit from its chunks' partial
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 from sago_fast.errors import DiskFullError, Interrupted, SagoError
@@ -25,7 +27,12 @@ log = logging.getLogger(__name__)
 
 
 class UnitsFailedError(SagoError):
-    """Some units failed; the others were written and stay."""
+    """Some units failed (or training-run members were skipped); the others were written and stay, and
+    ``result`` describes them."""
+
+    def __init__(self, message: str, result: RunResult | None = None) -> None:
+        super().__init__(message)
+        self.result = result
 
 
 @dataclass(frozen=True)
@@ -53,9 +60,14 @@ class RunResult:
         """One line: the run, where it ran and what this invocation did."""
         where = f"on {self.provider}" if self.provider else "(nothing new evaluated)"
         return (
-            f"run {self.run_id} {where}: {len(self.units)} units run, {self.skipped} already done (skipped), "
-            f"{len(self.failed)} failed"
+            f"run {self.run_id} {where}: {plural(len(self.units), 'unit')} run, {self.skipped} already done "
+            f"(skipped), {len(self.failed)} failed"
         )
+
+
+def plural(n: int, noun: str) -> str:
+    """``1 unit``, ``2 units``."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def run(
@@ -92,6 +104,7 @@ def run(
     provider = ""
     shown = RunProgress.choose(len(units), skipped, progress)
     by_id = {u.unit_id: u for u in todo}
+    interrupted = False
     try:  # from here on, a Ctrl-C says what is kept and how to resume
         # the finished units' chunks too when their values feed comparisons with the units to do
         committed = plan.units if config.until_separated else todo
@@ -122,7 +135,7 @@ def run(
                 examples_done[outcome.unit_id] = examples_done.get(outcome.unit_id, 0) + outcome.n_examples
                 total = len(plan.datasets[outcome.dataset_id].examples)
                 total = min(total, config.budget) if config.budget is not None else total  # at most
-                shown.examples(where, examples_done[outcome.unit_id], total)
+                shown.examples(where, examples_done[outcome.unit_id], total, outcome.unit_id)
                 continue
             if outcome.rows is None:
                 failed.append((where, outcome.error or "unknown error"))
@@ -132,9 +145,12 @@ def run(
                 results.append(_finish(sink, plan.run_id, unit, outcome, where))
                 provider = outcome.provider or provider
                 log.info("unit %s done in %.1fs", where, outcome.seconds)
-            shown.unit_finished(where, outcome.error if outcome.rows is None else None, outcome.seconds)
+            shown.unit_finished(
+                where, outcome.error if outcome.rows is None else None, outcome.seconds, outcome.unit_id
+            )
     except KeyboardInterrupt:
         # wherever Ctrl-C lands (a unit, a write, between units): one line saying what is kept
+        interrupted = True
         kept_in = config.db if config.shard is None else config.shard_dir
         raise Interrupted(
             f"{len(results) + skipped} of {len(units)} units are finished and kept in {kept_in}, with the chunks "
@@ -143,18 +159,17 @@ def run(
         ) from None
     finally:
         shown.close()
-        status = "done" if not failed and len(results) == len(todo) else "failed"
+        complete = not failed and len(results) == len(todo)
+        # "unscored": every unit is done and the statistics are still to come (or left to `sago stats`)
+        status = "interrupted" if interrupted else "unscored" if complete else "failed"
         try:
             sink.finish(plan.run_id, status, provider)
         except Exception as exc:  # e.g. the disk is still full: the error already on its way says so
             log.warning("could not record the status of run %s: %s", plan.run_id, exc)
         finally:
             sink.close()
-    if shard is None and config.stats and not failed and (results or not _has_stats(config.db, plan.run_id)):
-        from sago_fast.stats import run_stats
-
-        log.info("computing statistics of run %s", plan.run_id)
-        run_stats(config.db, plan.run_id)  # type: ignore[arg-type]
+    if shard is None and config.stats and not failed:
+        _statistics(config.db, plan.run_id, fresh=bool(results), n_units=len(units))  # type: ignore[arg-type]
     result = RunResult(
         plan.run_id,
         None if config.db is None else str(config.db),
@@ -168,15 +183,36 @@ def run(
         reasons = "; ".join(f"{where}: {reason}" for where, reason in failed[:3])
         more = f" (and {len(failed) - 3} more)" if len(failed) > 3 else ""
         raise UnitsFailedError(
-            f"{len(failed)} of {len(units)} units failed (the {len(results) + skipped} others are kept): {reasons}{more}"
+            f"{len(failed)} of {len(units)} units failed (the {len(results) + skipped} others are kept): {reasons}{more}",
+            result,
         )
     if plan.skipped:  # the run's other checkpoints are evaluated (and their statistics computed)
         where, why = plan.skipped[0]
         more = f" (and {len(plan.skipped) - 1} more)" if len(plan.skipped) > 1 else ""
         raise UnitsFailedError(
-            f"{len(plan.skipped)} training-run member(s) skipped, the others are kept: {where}: {why}{more}"
+            f"{len(plan.skipped)} training-run member(s) skipped, the others are kept: {where}: {why}{more}",
+            result,
         )
     return result
+
+
+def _statistics(db: Any, run_id: str, *, fresh: bool, n_units: int) -> None:
+    """The run's statistics (``sago stats``), unless it has them and nothing new was evaluated; the run is
+    ``done`` after them. A Ctrl-C here keeps every unit, leaves the run ``unscored`` and says how to finish."""
+    from sago_fast.stats import run_stats
+
+    try:
+        if fresh or not _has_stats(db, run_id):
+            log.info("computing statistics of run %s", run_id)
+            run_stats(db, run_id)
+        else:
+            with Store(db) as store:
+                store.set_run_status(run_id, "done")
+    except KeyboardInterrupt:
+        raise Interrupted(
+            f"all {n_units} units of run {run_id} are finished and kept in {db}; its statistics were not "
+            f"written (the run is marked unscored): run `sago stats --db {db}` to compute them"
+        ) from None
 
 
 def check_run_outputs(config: RunConfig) -> str:
@@ -186,11 +222,27 @@ def check_run_outputs(config: RunConfig) -> str:
     from sago_fast.runtime.session import check_device
 
     device = check_device(config.device)
+    check_cache_writable(config.cache_dir)
     if config.shard is not None and config.shard_dir is not None:
         check_writable(config.shard_dir, what="--shard-dir", directory=True)
     elif config.db is not None:
         check_writable(config.db, what="--db")
     return device
+
+
+def check_cache_writable(cache_dir: Path | None) -> None:
+    """Before any work: the export cache (``--cache-dir``, else ``$SAGO_CACHE_DIR/exports``) and the cache
+    root (converted GGUF files, compiled kernels) can be written, in one line naming the setting."""
+    from sago_fast.atomic import check_writable
+    from sago_fast.paths import cache_root
+
+    root = cache_root()
+    named = (
+        "$SAGO_CACHE_DIR" if os.environ.get("SAGO_CACHE_DIR") else "the cache folder (set $SAGO_CACHE_DIR)"
+    )
+    if cache_dir is not None:
+        check_writable(cache_dir, what="--cache-dir", directory=True)
+    check_writable(root, what=named, directory=True)
 
 
 def _has_stats(db: Any, run_id: str) -> bool:

@@ -36,6 +36,8 @@ class RunProgress:
         self._examples_of = ""
         self._last_line = 0.0
         self._started = time.monotonic()
+        self._number: dict[str, int] = {}  # unit id -> its number among the run's units (when started)
+        self._committed: dict[str, tuple[int, int]] = {}  # unit id -> (examples committed, its total)
         if mode == "bars":
             from tqdm import tqdm
 
@@ -45,9 +47,10 @@ class RunProgress:
     def choose(cls, total: int, done: int, enabled: bool) -> RunProgress:
         return cls(total, done, "off" if not enabled else "bars" if on_terminal() else "lines")
 
-    def unit_started(self, label: str) -> PassProgress:
+    def unit_started(self, label: str, unit_id: str = "") -> PassProgress:
         """A unit begins: the bar names it; returns what its model passes report to."""
         self.started += 1
+        self._number[unit_id or label] = self.started
         if self.mode == "bars":
             self._bar.set_postfix_str(label[-60:])
             return TqdmPasses(label, file=self.file)
@@ -56,8 +59,9 @@ class RunProgress:
             return LinePasses(label, self.interval, file=self.file)
         return NoProgress()
 
-    def examples(self, label: str, done: int, total: int) -> None:
+    def examples(self, label: str, done: int, total: int, unit_id: str = "") -> None:
         """A chunk of unit ``label`` is committed: ``done`` of its ``total`` examples are."""
+        self._committed[unit_id or label] = (done, total)
         if self.mode == "bars":
             from tqdm import tqdm
 
@@ -72,10 +76,12 @@ class RunProgress:
             if done >= total or now - self._last_line >= self.interval:
                 self._last_line = now
                 progress_line(
-                    self.file, f"unit {self.done + 1}/{self.total} {label}: {done}/{total} examples committed"
+                    self.file,
+                    f"unit {self._unit_number(unit_id or label)}/{self.total} {label}: {done}/{total} examples committed",
                 )
 
-    def unit_finished(self, label: str, error: str | None, seconds: float) -> None:
+    def unit_finished(self, label: str, error: str | None, seconds: float, unit_id: str = "") -> None:
+        number = self._unit_number(unit_id or label)
         if self._examples is not None:
             self._examples.close()
             self._examples = None
@@ -84,11 +90,18 @@ class RunProgress:
             self._bar.update(1)
         elif self.mode == "lines":
             how = f"failed ({error})" if error else f"done in {seconds:.1f} s"
+            committed = self._committed.pop(unit_id or label, None)
+            examples = "" if committed is None else f", {committed[0]}/{committed[1]} examples"
             progress_line(
                 self.file,
-                f"unit {self.done}/{self.total} {how}: {label} "
+                f"unit {number}/{self.total} {how}: {label}{examples} "
                 f"({time.monotonic() - self._started:.0f} s since the run started)",
             )
+
+    def _unit_number(self, key: str) -> int:
+        """The unit's number among the run's units: in the order they started (several are in progress
+        at once when models advance in lockstep)."""
+        return self._number.get(key, self.done + 1)
 
     def close(self) -> None:
         if self._examples is not None:

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from sago_fast.axes.catalogue import metric as metric_spec
-from sago_fast.axes.catalogue import sequential_metrics
+from sago_fast.axes.catalogue import precision_limit, sequential_metrics
 from sago_fast.errors import InputError
 from sago_fast.stats.sequential import BettingSequence, Scale, Tuning
 from sago_fast.types import Variant
@@ -45,10 +45,15 @@ class SequentialSettings:
     until_separated: bool = False
 
     def __post_init__(self) -> None:
-        if self.precision is not None and not (
-            isinstance(self.precision, (int, float)) and self.precision > 0
-        ):
-            raise InputError(f"--precision (precision) must be a positive half-width, not {self.precision!r}")
+        if self.precision is not None:
+            limit, metric = precision_limit(paired=self.until_separated)
+            if not (isinstance(self.precision, (int, float)) and 0 < self.precision < limit):
+                span = "of a difference of" if self.until_separated else "of"
+                raise InputError(
+                    f"--precision (precision) must be a half-width above 0 and below {limit:.4g} (half the "
+                    f"range {span} {metric}, the widest followed metric: at that width every metric is "
+                    f"settled before any example is seen), not {self.precision!r}"
+                )
         if self.budget is not None and not (isinstance(self.budget, int) and self.budget >= 1):
             raise InputError(f"--budget (budget) must be a positive number of examples, not {self.budget!r}")
         if not 0 < self.alpha < 1:

@@ -70,8 +70,9 @@ class DuckDBSink:
         self.store.query(f"SET memory_limit = '{SINK_MEMORY_LIMIT}'")
         run_id = run_row["run_id"][0]
         with self.store.transaction():
+            self.store.mark_dead_runs()
             self.store.insert("runs", run_row, key=("run_id",))
-            self.store.set_run_status(run_id, "running")
+            self.store.claim_run(run_id)
 
     def finished(self, run_id: str, unit_ids: Sequence[str]) -> set[str]:
         return self.store.done_units(run_id) & set(unit_ids)

@@ -9,6 +9,7 @@ from sago_fast import defaults
 from sago_fast.errors import InputError
 
 MB = 1 << 20
+MAX_MB = 1e9  # a petabyte: beyond any machine, and still an integer number of bytes
 
 
 @dataclass(frozen=True)
@@ -24,9 +25,10 @@ class StreamSettings:
     def __post_init__(self) -> None:
         for name in ("chunk_memory_mb", "sample_memory_mb"):
             value = getattr(self, name)
-            if not isinstance(value, (int, float)) or not value > 0:
+            if not isinstance(value, (int, float)) or not 0 < value < MAX_MB:
                 raise InputError(
-                    f"--{name.replace('_', '-')} ({name}) must be a positive number of MB, not {value!r}"
+                    f"--{name.replace('_', '-')} ({name}) must be a positive, finite number of MB "
+                    f"(below {MAX_MB:.0e}), not {value!r}"
                 )
 
     @property

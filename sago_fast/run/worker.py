@@ -158,7 +158,7 @@ def _evaluate(
     stop: str | None = None
     try:
         label = f"{model.checkpoint.display_path.name} × {data.name}"
-        model.progress = progress.unit_started(label) if progress is not None else NoProgress()
+        model.progress = progress.unit_started(label, unit.unit_id) if progress is not None else NoProgress()
         settings = config.answer_settings
         stream = config.stream_settings
         check_fits(model, data, variants, settings)

@@ -50,7 +50,8 @@ def run_stats(
     from sago_fast.stats.data import latest_run, load_run
     from sago_fast.store import Store
 
-    with Store(db) as store:
+    with Store(db, create=False) as store:
+        store.mark_dead_runs()
         run = run_id or latest_run(store)
         tables = compute_stats(load_run(store, run), config)
         rows = {}
@@ -59,4 +60,7 @@ def run_stats(
                 store.delete_rows(table, run_id=run)
                 columns = dict(getattr(tables, table))
                 rows[table] = store.insert(table, columns) if columns else 0
+            store.query(  # a run whose units were all done is done once it has its statistics
+                "UPDATE runs SET status = 'done' WHERE run_id = $run AND status = 'unscored'", {"run": run}
+            )
     return StatsResult(run, rows)

@@ -462,4 +462,12 @@ MIGRATIONS: tuple[Migration, ...] = (
         );
         """,
     ),
+    Migration(
+        13,
+        "the process writing a run (host, pid), so that a run whose process died is marked interrupted",
+        """
+        ALTER TABLE runs ADD COLUMN host VARCHAR;
+        ALTER TABLE runs ADD COLUMN pid INTEGER;
+        """,
+    ),
 )

@@ -12,32 +12,29 @@ from typing import Any
 from sago_fast.axes.catalogue import headline_specs
 from sago_fast.store.store import Store
 
-LAYER_TABLE = "layer_scores"
-
 
 def summary_sql() -> tuple[str, dict[str, Any]]:
-    """Per model × dataset: canonical accuracy beside every headline metric (mean over examples; layer-wise
-    metrics at the last layer, mean pooling). Metric names are parameters; column names are catalogue names."""
+    """Per model × dataset: canonical accuracy beside every headline metric, each the mean over examples of
+    its ``item_scores`` value: the same number ``model_scores``, the report and ``checkpoint_changes``
+    estimate (a layer-wise metric's item value is its mean over layers at mean pooling, see
+    :func:`sago_fast.run.evaluate.layer_item_scores`). Metric names are parameters; column names are
+    catalogue names."""
     params: dict[str, Any] = {}
-    item_columns, layer_columns, selected = [], [], []
+    item_columns, selected = [], []
     for i, spec in enumerate(headline_specs()):  # the columns after model, dataset and accuracy
         params[f"m{i}"] = spec.name
         family = "family IS NULL"
         if spec.family is not None:
             params[f"f{i}"] = spec.family
             family = f"family = $f{i}"
-        if LAYER_TABLE in spec.tables:
-            layer_columns.append(
-                f"avg(l.value) FILTER (WHERE l.metric = $m{i} AND l.{family}) AS {spec.name}"
-            )
-        else:
-            item_columns.append(f"avg(value) FILTER (WHERE metric = $m{i} AND {family}) AS {spec.name}")
+        item_columns.append(  # NaN (undefined) values are left out: no defined value prints NULL, never nan
+            f"avg(value) FILTER (WHERE metric = $m{i} AND {family} AND NOT isnan(value)) AS {spec.name}"
+        )
         selected.append(f"round({spec.name}, {spec.digits}) AS {spec.name}")
-    layer_select = ", ".join(layer_columns) or "NULL AS no_layer_metric"
     item_select = ", ".join(item_columns) or "NULL AS no_item_metric"
     sql = f"""
 WITH m AS (
-    SELECT model_id, any_value(n.model) AS model, any_value(n_layers) AS n_layers
+    SELECT model_id, any_value(n.model) AS model
     FROM models JOIN model_names n USING (model_id) GROUP BY model_id
 ), acc AS (
     SELECT o.model_id, o.dataset_id, avg(o.correct::INT) AS accuracy
@@ -48,14 +45,9 @@ WITH m AS (
     SELECT model_id, dataset_id, {item_select}
     FROM item_scores WHERE run_id = $run
     GROUP BY ALL
-), layers AS (
-    SELECT l.model_id, l.dataset_id, {layer_select}
-    FROM layer_scores l JOIN m USING (model_id)
-    WHERE l.run_id = $run AND l.pooling = 'mean' AND l.layer = m.n_layers
-    GROUP BY ALL
 )
 SELECT m.model AS model, acc.dataset_id AS dataset, round(accuracy, 3) AS accuracy, {", ".join(selected)}
-FROM acc JOIN items USING (model_id, dataset_id) LEFT JOIN layers USING (model_id, dataset_id) JOIN m USING (model_id)
+FROM acc JOIN items USING (model_id, dataset_id) JOIN m USING (model_id)
 ORDER BY dataset, model
 """
     return sql, params
@@ -78,12 +70,13 @@ picked AS (
     WHERE run_id = $run AND source = (SELECT any_value(name) FROM datasets d WHERE d.dataset_id = rankings.dataset_id)
       AND axis <> 'worst_axis'
 )
-SELECT n.model, ds.dataset, s.axis, s.metric, s.estimate, s.ci_low, s.ci_high, s.p_adjusted, s.n_items
+SELECT n.model, ds.dataset, s.axis, s.metric, s.estimate, s.ci_low, s.ci_high, s.p_adjusted, s.n_items, s.test
 FROM model_scores s JOIN picked p USING (dataset_id, axis, metric)
 JOIN names n USING (model_id) JOIN ds USING (dataset_id)
 WHERE s.run_id = $run AND s.family IS NOT DISTINCT FROM p.family
 ORDER BY ds.dataset, s.axis, n.model
 """
+REPORT_TESTS = "SELECT DISTINCT test FROM model_scores WHERE run_id = $run AND test IS NOT NULL ORDER BY 1"
 REPORT_TRAJECTORIES = """
 WITH ds AS (SELECT dataset_id, any_value(name) AS dataset FROM datasets GROUP BY 1),
 picked AS (
@@ -177,9 +170,7 @@ REPORT_N_DATASETS = "SELECT count(DISTINCT dataset_id) FROM item_scores WHERE ru
 
 
 # -- the statistics (sago_fast.stats.data) ------------------------------------------------------------------
-STATS_LATEST_DONE_RUN = (
-    "SELECT run_id FROM runs WHERE status = 'done' ORDER BY created_at DESC, run_id DESC LIMIT 1"
-)
+STATS_LATEST_DONE_RUN = "SELECT run_id FROM runs WHERE status IN ('done', 'unscored') ORDER BY created_at DESC, run_id DESC LIMIT 1"
 STATS_RUN_EXISTS = "SELECT count(*) FROM runs WHERE run_id = $run"
 STATS_ITEM_SCORES = "SELECT model_id, dataset_id, axis, metric, family, example_id, value FROM item_scores WHERE run_id = $run"
 STATS_MODEL_NAMES = "SELECT model_id, model FROM model_names"

@@ -37,6 +37,19 @@ def _connect(path: str, read_only: bool) -> Any:
         raise StoreError(f"{path}: not a DuckDB database ({str(exc).splitlines()[0]})") from None
 
 
+def process_alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists on this machine (one of another user counts)."""
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def _arrow_column(values: Any) -> Any:
     """numpy arrays and Arrow arrays go in as they are (zero-copy); other sequences as lists."""
     import pyarrow as pa
@@ -63,16 +76,25 @@ class Store:
     """A DuckDB results file (or ``":memory:"`` for tests).
 
     Opening read-write applies pending migrations in one transaction; opening read-only refuses a file
-    whose schema is older or newer than this version of sago_fast.
+    whose schema is older or newer than this version of sago_fast. A database sago did not create (tables
+    but no ``schema_version``) is refused untouched; so is one without any sago schema at all unless
+    ``create`` (``sago run`` and ``sago merge`` create results files; ``stats`` and ``report`` only read
+    and add to them).
     """
 
-    def __init__(self, path: str | os.PathLike[str] = MEMORY, *, read_only: bool = False) -> None:
+    def __init__(
+        self, path: str | os.PathLike[str] = MEMORY, *, read_only: bool = False, create: bool = True
+    ) -> None:
         self.path = str(path)
         self.read_only = read_only
         if not read_only and self.path != MEMORY:
+            if not create and not Path(self.path).is_file():
+                raise StoreError(f"{self.path}: no such database file")
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         self.con = _connect(self.path, read_only)
         version = self.schema_version()
+        if version == 0 and self.path != MEMORY:
+            self._refuse_foreign(create)
         if version > SCHEMA_VERSION:
             self.close()
             raise StoreError(
@@ -88,6 +110,20 @@ class Store:
             self._migrate(version)
 
     # -- schema -------------------------------------------------------------------------------------
+    def _refuse_foreign(self, create: bool) -> None:
+        """StoreError, with nothing written, for a database that is not a sago results file."""
+        others = self.con.execute(
+            "SELECT table_name FROM information_schema.tables ORDER BY table_name LIMIT 3"
+        ).fetchall()
+        if not others and create and not self.read_only:
+            return  # a new (or empty) file: sago creates its schema in it
+        self.close()
+        found = f"it has {', '.join(r[0] for r in others)}" if others else "it is empty"
+        raise StoreError(
+            f"{self.path}: not a sago results file ({found} and no schema_version); "
+            "sago does not write into a database it did not create"
+        )
+
     def schema_version(self) -> int:
         exists = self.con.execute(
             "SELECT count(*) FROM information_schema.tables WHERE table_name = 'schema_version'"
@@ -189,6 +225,16 @@ class Store:
         if cursor.description is None:
             return [], []
         return [d[0] for d in cursor.description], cursor.fetchall()
+
+    def statements(self, sql: str) -> list[str]:
+        """``sql`` split into its statements (comments kept with the statement they precede), as DuckDB's
+        own parser splits them; StoreError for text it cannot parse."""
+        import duckdb
+
+        try:
+            return [statement.query for statement in self.con.extract_statements(sql)]
+        except duckdb.Error as exc:
+            raise StoreError(f"SQL error: {str(exc).splitlines()[0]}") from None
 
     def delete_rows(self, table: str, **equal: Any) -> None:
         """Delete the rows of ``table`` whose columns equal the given values (names checked, values bound)."""
@@ -292,6 +338,29 @@ class Store:
             "WHERE run_id = $run",
             {"status": status, "provider": provider or "", "run": run_id},
         )
+
+    def claim_run(self, run_id: str) -> None:
+        """Mark the run ``running`` in this process (host and pid recorded)."""
+        import socket
+
+        self.query(
+            "UPDATE runs SET status = 'running', host = $host, pid = $pid WHERE run_id = $run",
+            {"host": socket.gethostname(), "pid": os.getpid(), "run": run_id},
+        )
+
+    def mark_dead_runs(self) -> list[str]:
+        """Runs recorded as ``running`` by a process of this host that no longer exists (killed, or the
+        machine restarted) become ``interrupted``; returns their ids. Runs of other hosts are left alone."""
+        import socket
+
+        _, rows = self.query(
+            "SELECT run_id, pid FROM runs WHERE status = 'running' AND host = $host AND pid IS NOT NULL",
+            {"host": socket.gethostname()},
+        )
+        dead = [run_id for run_id, pid in rows if not process_alive(int(pid))]
+        for run_id in dead:
+            self.set_run_status(run_id, "interrupted")
+        return dead
 
     def close(self) -> None:
         self.con.close()

@@ -13,6 +13,9 @@ import logging
 import os
 import shutil
 import tempfile
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -53,14 +56,37 @@ def train_lora_run(
         import peft
     except ImportError:
         raise InputError("training LoRA adapters needs peft (pip install peft)") from None
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     from sago_fast.checkpoints.resolve import resolve_checkpoint
 
     if not config.save_steps or min(config.save_steps) < 1:
         raise InputError("save_steps must hold positive step numbers")
-    folder = resolve_checkpoint(base).path
+    with _quiet_libraries():
+        return _train(peft, base, Path(out), config, resolve_checkpoint(base).path)
+
+
+@contextmanager
+def _quiet_libraries() -> Iterator[None]:
+    """No transformers loading bar and no PEFT UserWarnings (e.g. that the base, a ``.gguf`` file, has no
+    config.json beside it) while the run trains: sago's own log says what happens."""
+    from transformers.utils import logging as hf_logging
+
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", category=UserWarning, module=r"peft(\.|$)")
+            yield
+    finally:
+        if bars:
+            hf_logging.enable_progress_bar()
+
+
+def _train(
+    peft: Any, base: str | os.PathLike[str], root: Path, config: LoraRunConfig, folder: Path
+) -> list[Path]:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
     tokenizer = AutoTokenizer.from_pretrained(folder)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     examples = suite_examples(config.suites, config.examples_per_suite, config.seed)
@@ -80,7 +106,6 @@ def train_lora_run(
     model.train()
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=config.learning_rate)
     rng = np.random.default_rng(config.seed)
-    root = Path(out)
     root.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}.", dir=root.parent))
     history: list[dict[str, float | int]] = []

@@ -118,8 +118,9 @@ def test_the_base_comes_from_the_flag_when_the_config_names_none_here(bases, tmp
     config = json.loads(config_file.read_text())
     config["base_model_name_or_path"] = str(tmp_path / "moved-away")
     config_file.write_text(json.dumps(config))
-    with pytest.raises(CheckpointError, match="moved-away"):
+    with pytest.raises(CheckpointError, match="moved-away") as missing:
         resolve_checkpoint(adapter)
+    assert str(adapter) in str(missing.value) and "--base" in str(missing.value)  # which adapter, and the fix
     found = resolve_checkpoint(adapter, base=bases["llama"])
     assert found.base.path == bases["llama"].resolve()
     other = build_tiny_checkpoint("llama", tmp_path / "other", SIZE, seed=5)

@@ -128,3 +128,43 @@ def test_every_fixed_null_test_agrees_with_its_interval(run_db):
             assert beyond == (p < 0.025), (metric, test, low, high, null_value, p)
             checked += 1
     assert checked >= 10
+
+
+def test_one_name_is_one_number_in_the_summary_the_statistics_and_the_report(run_db):
+    """Every headline column of the run summary equals the ``model_scores`` estimate of that metric (the
+    report's headline table reads model_scores too): dispersion is the mean over layers in all of them."""
+    import pytest
+
+    from sago_fast.axes.catalogue import headline_specs
+    from sago_fast.report.data import load_report_data
+    from sago_fast.store import Store
+    from sago_fast.store.queries import summary_rows
+
+    db, result = run_db
+    with Store(db, read_only=True) as store:
+        columns, rows = summary_rows(store, result.run_id)
+        _, scores = store.query(
+            "SELECT n.model, s.dataset_id, s.metric, s.estimate FROM model_scores s JOIN model_names n "
+            "USING (model_id) WHERE s.run_id = $run AND s.family IS NULL",
+            {"run": result.run_id},
+        )
+        report = load_report_data(store, result.run_id).headline.rows
+    estimate = {(m, d, metric): e for m, d, metric, e in scores}
+    compared = 0
+    for row in rows:
+        for spec in headline_specs():
+            value = row[columns.index(spec.name)]
+            key = (row[0], row[1], spec.name)
+            if value is None or key not in estimate or spec.family is not None:
+                continue
+            assert value == pytest.approx(estimate[key], abs=0.6 * 10**-spec.digits), key
+            compared += 1
+    assert compared >= 6 and any(spec.name == "dispersion" for spec in headline_specs())
+    reported = [(r[0], r[4]) for r in report if r[3] == "dispersion"]
+    assert reported
+    for model, value in reported:  # the report's figure is one of that model's model_scores estimates
+        assert any(
+            value == pytest.approx(e)
+            for (m, _, metric), e in estimate.items()
+            if m == model and metric == "dispersion"
+        )

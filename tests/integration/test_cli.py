@@ -115,14 +115,34 @@ def test_demo_then_query(tmp_path, monkeypatch):
     db = result.db_path
     assert len(result.units) == 2 * 3 and len({u.model_id for u in result.units}) == 2
     n_variants = json.loads(
-        sago("query", "--db", db, "-f", "json", "SELECT count(*) AS n FROM variants").stdout
+        sago("query", "--db", db, "--format", "json", "SELECT count(*) AS n FROM variants").stdout
     )[0]["n"]
     as_json = sago(
         "query", "--db", db, "--format", "json", "SELECT count(*) AS n FROM outputs WHERE replicate = 0"
     )
     assert json.loads(as_json.stdout) == [{"n": 2 * n_variants}]
-    as_csv = sago("query", "--db", db, "-f", "csv", "SELECT example_id FROM examples ORDER BY 1 LIMIT 2")
+    as_csv = sago(
+        "query", "--db", db, "--format", "csv", "SELECT example_id FROM examples ORDER BY 1 LIMIT 2"
+    )
     assert as_csv.stdout.splitlines() == ["example_id", "capitals-00000", "capitals-00001"]
+    # SQL from a file or standard input, starting with a -- comment, several statements in turn
+    script = tmp_path / "q.sql"
+    script.write_text(
+        "-- examples, then runs\nSELECT count(*) AS n FROM examples;\nSELECT count(*) AS r FROM runs;\n"
+    )
+    for args, stdin in (((("-f", str(script)),), None), ((("-",),), script.read_text())):
+        flat = [a for group in args for a in group]
+        done = subprocess.run(
+            [sys.executable, "-m", "sago_fast.cli.app", "query", "--db", db, "--format", "csv", *flat],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.split("\n\n")[0].splitlines()[0] == "n"
+        assert done.stdout.split("\n\n")[1].splitlines() == ["r", "1"]
+    _assert_one_line_error(sago("query", "--db", db, "-f", "csv", "SELECT 1"), "--format csv")
     _assert_one_line_error(sago("query", "--db", db, "SELEC nonsense"), "SQL error")
     _assert_one_line_error(
         sago("query", "--db", str(tmp_path / "nope.duckdb"), "SELECT 1"), "no such database"
@@ -133,7 +153,7 @@ def test_demo_then_query(tmp_path, monkeypatch):
         "query",
         "--db",
         db,
-        "-f",
+        "--format",
         "json",
         "SELECT (SELECT count(*) FROM models) m, (SELECT count(*) FROM variants) v, (SELECT count(*) FROM runs) r",
     )
@@ -208,7 +228,7 @@ def test_bad_format(tmp_path, fmt):
     from sago_fast.store import Store
 
     Store(db).close()
-    _assert_one_line_error(sago("query", "--db", str(db), "-f", fmt, "SELECT 1"), "--format")
+    _assert_one_line_error(sago("query", "--db", str(db), "--format", fmt, "SELECT 1"), "--format")
 
 
 def test_cli_module_is_light():

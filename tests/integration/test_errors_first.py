@@ -214,4 +214,84 @@ def test_run_with_every_export_cached_does_not_import_torch(tmp_path):
     first = sago(*args, "--db", str(tmp_path / "a.duckdb"))
     assert first.returncode == 0, first.stderr[-2000:]
     out = cli_in_a_fresh_process([*args, "--db", str(tmp_path / "b.duckdb")])
-    assert "torch imported: False" in out and "1 units run" in out
+    assert "torch imported: False" in out and "1 unit run" in out
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ["--chunk-memory-mb", "inf"],
+        ["--sample-memory-mb", "inf"],
+        ["--chunk-memory-mb", "nan"],
+        ["--precision", "2"],
+        ["--precision", "1"],
+        ["--precision", "inf"],
+        ["--precision", "2", "--until-separated"],
+    ],
+    ids=lambda f: " ".join(f),
+)
+def test_out_of_range_numbers_are_refused_before_work(flags, tmp_path):
+    """Infinite memory budgets and precisions no sequence can be wider than: one line, nothing written."""
+    db = tmp_path / "r.duckdb"
+    models = ["-m", str(ZOO), "-m", str(ZOO.parent / "step-00500")] if "--until-separated" in flags else []
+    args = ["run", "-m", str(ZOO), *models[2:], "-d", "capitals", "--limit", "2", "--db", str(db), *flags]
+    one_line(sago(*args, env={"SAGO_CACHE_DIR": str(tmp_path / "cache")}), flags[0])
+    assert not db.exists() and not (tmp_path / "cache").exists()
+
+
+@pytest.mark.parametrize(
+    ("flags", "named"),
+    [
+        (["--chunk-memory-mb", "abc"], "--chunk-memory-mb"),
+        (["--budget", "1.5"], "--budget"),
+        (["--limit", "ten"], "--limit"),
+        (["--no-such-flag"], "--no-such-flag"),
+    ],
+)
+def test_values_of_the_wrong_type_are_one_line(flags, named, tmp_path):
+    """What the command line parser refuses is one `sago: error:` line too, not a boxed usage message."""
+    db = tmp_path / "r.duckdb"
+    one_line(sago("run", "-m", str(ZOO), "-d", "capitals", "--db", str(db), *flags), named)
+    assert not db.exists()
+
+
+@pytest.mark.parametrize("command", ["report", "stats", "run", "query"])
+def test_a_database_sago_did_not_create_is_refused_untouched(command, tmp_path):
+    """A DuckDB file of the user's own (a table, no sago schema): every command refuses it in one line
+    and leaves it byte for byte as it was."""
+    import duckdb
+
+    db = tmp_path / "theirs.duckdb"
+    con = duckdb.connect(str(db))
+    con.execute("CREATE TABLE sales (day DATE, amount DOUBLE)")
+    con.execute("INSERT INTO sales VALUES ('2026-01-01', 3.5)")
+    con.close()
+    before = db.read_bytes()
+    args = {
+        "report": ["report", "--db", str(db), "-o", str(tmp_path / "r.html")],
+        "stats": ["stats", "--db", str(db)],
+        "run": ["run", "-m", str(ZOO), "-d", "capitals", "--limit", "2", "--db", str(db)],
+        "query": ["query", "--db", str(db), "SELECT count(*) FROM sales"],
+    }[command]
+    proc = sago(*args, env={"SAGO_CACHE_DIR": str(tmp_path / "cache")})
+    if command == "query":  # reading is harmless: it may read any DuckDB file
+        assert proc.returncode in (0, 2)
+    else:
+        one_line(proc, "not a sago results file", str(db))
+    assert db.read_bytes() == before
+    con = duckdb.connect(str(db), read_only=True)
+    assert [t[0] for t in con.execute("SHOW TABLES").fetchall()] == ["sales"]
+    con.close()
+    assert not (tmp_path / "r.html").exists()
+
+
+@pytest.mark.parametrize("how", ["--cache-dir", "SAGO_CACHE_DIR"])
+def test_an_unwritable_cache_is_caught_before_work(how, tmp_path, unwritable):
+    db = tmp_path / "r.duckdb"
+    args = ["run", "-m", str(ZOO), "-d", "capitals", "--limit", "2", "--db", str(db)]
+    if how == "--cache-dir":
+        proc = sago(*args, "--cache-dir", str(unwritable), env={"SAGO_CACHE_DIR": str(tmp_path / "c")})
+    else:
+        proc = sago(*args, env={"SAGO_CACHE_DIR": str(unwritable)})
+    one_line(proc, how.lstrip("-") if how == "SAGO_CACHE_DIR" else how, str(unwritable))
+    assert not db.exists()

@@ -104,11 +104,32 @@ def test_the_run_names_the_unit_in_progress(tmp_path, checkpoints, cache_dir):
     seen = []
     for outcome in local_outcomes(plan, plan.units, config, progress):
         if isinstance(outcome, ChunkOutcome):
-            progress.examples(outcome.checkpoint, outcome.n_examples, 2)
+            progress.examples(outcome.checkpoint, outcome.n_examples, 2, outcome.unit_id)
             continue
         seen.append(out.getvalue().splitlines()[-2:])  # the lines before this unit finished
-        progress.unit_finished(outcome.checkpoint, outcome.error, outcome.seconds)
+        progress.unit_finished(outcome.checkpoint, outcome.error, outcome.seconds, outcome.unit_id)
     assert seen[0][0] == "sago: unit 1/2 started: llama × capitals"
     assert seen[1][0] == "sago: unit 2/2 started: llama × comparison"
     assert seen[1][1].endswith("2/2 examples committed")
     assert out.getvalue().splitlines()[-1].startswith("sago: unit 2/2 done in ")
+
+
+def test_lines_number_units_as_they_started_and_end_with_the_examples_used():
+    """Two units in lockstep: each line names its own unit's number (not "1/2" for both), and a unit that
+    stopped early (sequential) says how many of its examples it used when it ends."""
+    from sago_fast.run.progress import RunProgress
+
+    out = io.StringIO()
+    progress = RunProgress(2, 0, "lines", interval=0, file=out)
+    progress.unit_started("a × capitals", "u-a")
+    progress.unit_started("b × capitals", "u-b")
+    progress.examples("a × capitals", 10, 60, "u-a")
+    progress.examples("b × capitals", 10, 60, "u-b")
+    progress.examples("b × capitals", 20, 60, "u-b")
+    progress.unit_finished("b × capitals", None, 1.0, "u-b")
+    progress.unit_finished("a × capitals", None, 1.0, "u-a")
+    lines = out.getvalue().splitlines()
+    assert "unit 2/2 b × capitals: 10/60 examples committed" in lines[3]
+    assert "unit 1/2 a × capitals: 10/60 examples committed" in lines[2]
+    assert lines[5].startswith("sago: unit 2/2 done in 1.0 s: b × capitals, 20/60 examples")
+    assert lines[6].startswith("sago: unit 1/2 done in 1.0 s: a × capitals, 10/60 examples")

@@ -147,11 +147,34 @@ def test_block_runs_as_written(block, demo_folder, tmp_path):
 
 
 def test_sql_blocks_run_on_the_demo_database(demo_folder):
+    """Every SQL block, pasted as printed into ``sago query`` (standard input: a block may start with a
+    ``--`` comment and hold several statements), returns rows for each of its statements."""
+    db = demo_folder / "sago_out" / "demo" / "sago.duckdb"
+    sago = str(Path(sys.executable).parent / "sago")
+    for block in BLOCKS:
+        if block.language != "sql" or block.skip:
+            continue
+        done = subprocess.run(
+            [sago, "query", "--db", str(db), "--format", "json", "-"],
+            input=block.text,
+            cwd=demo_folder,
+            env=_env(demo_folder),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 0, f"{block.name}: {done.stderr[-2000:]}"
+        import json
+
+        results = [json.loads(part) for part in done.stdout.split("\n\n")]
+        assert results and all(results), block.name  # every statement returned rows
+
+
+def test_the_quoted_number_of_significant_changes_is_the_demos(demo_folder):
+    """ "the N significant changes" in What changed over training counts what `sago stats` prints."""
     from sago_fast.store import Store
 
+    quoted = int(re.search(r"the (\d+) significant changes; the first of them", README).group(1))
     with Store(demo_folder / "sago_out" / "demo" / "sago.duckdb", read_only=True) as store:
-        for block in BLOCKS:
-            if block.language != "sql" or block.skip:
-                continue
-            columns, rows = store.query(block.text.strip().rstrip(";"))
-            assert columns and rows, block.name
+        found = store.query("SELECT count(*) FROM checkpoint_changes WHERE significant")[1][0][0]
+    assert quoted == found

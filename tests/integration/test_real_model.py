@@ -277,6 +277,34 @@ def test_a_lora_adapter_equals_peft_merged(smol, smol_cache, tmp_path):
     assert_same_log_likelihoods(ours, merged_log_likelihoods(checkpoint.path, adapter, tok, texts), TOL)
 
 
+@pytest.mark.slow
+def test_a_lora_adapter_on_a_re_weighted_gguf_quantisation_equals_peft_merged(smol, smol_cache, tmp_path):
+    """The base is a Q8_0 made from the shipped Q4_1: re-weighted onto the Q4_1's graph, its weights a
+    hard link into the cache entry. An adapter over it equals HF + peft (merged) on the Q8_0 within 1e-4."""
+    pytest.importorskip("peft")
+    from transformers import AutoTokenizer
+
+    from tests.adapters import (
+        assert_same_log_likelihoods,
+        make_adapter,
+        merged_log_likelihoods,
+        sago_log_likelihoods,
+    )
+    from tests.quantize import requantize
+
+    q8 = resolve_checkpoint(
+        requantize(GGUF, tmp_path / "smol.Q8_0.gguf", "Q8_0"), gguf_cache_dir=smol_cache / "gguf"
+    )
+    adapter = make_adapter(q8.path, tmp_path / "adapter", seed=8, target_modules=["q_proj", "down_proj"])
+    adapted = resolve_checkpoint(adapter, base=q8)
+    tok = AutoTokenizer.from_pretrained(q8.path)
+    texts = [q for q, _, _ in QUESTIONS[:2]]
+    with sago_fast.load_model(adapted, cache_dir=smol_cache / "exports") as model:
+        assert model.exported.manifest["graph_from"] is not None  # re-weighted, not exported
+        ours = sago_log_likelihoods(model, tok, texts)
+    assert_same_log_likelihoods(ours, merged_log_likelihoods(q8.path, adapter, tok, texts), TOL)
+
+
 def _small_run(models, db, exports):
     """capitals, 4 items, typo and option permutation, k = 1, statistics included."""
     from sago_fast.run import RunConfig, run

@@ -188,3 +188,54 @@ def test_two_models_draw_the_rankings_and_no_training_curve_without_steps(run_db
     html = write_report(db, tmp_path / "r.html").read_text(encoding="utf-8")
     assert "Not drawn: a ranking" not in html and "<svg" in html
     assert "(checkpoints with a step; this run has 0)" in html  # llama, qwen2, gpt2: not a training run
+
+
+def test_the_header_names_the_methods_the_scores_used(run_db):
+    """The header describes the intervals as the ``test`` column does, and lists the run's methods."""
+    from sago_fast.report.render import render_report
+
+    db, result = run_db
+    with Store(db, read_only=True) as store:
+        data = load_report_data(store, result.run_id)
+        tests = {row[0] for row in store.query("SELECT DISTINCT test FROM model_scores")[1] if row[0]}
+    html = render_report(data)
+    assert "percentile bootstrap" not in html
+    header = html.split("</p>", 2)[0]
+    methods = {test.split(":")[0] for test in tests} - {"none"}
+    assert methods and all(method in header for method in methods), (methods, header[-800:])
+
+
+def test_over_training_draws_one_panel_per_metric_and_says_when_the_scale_is_logarithmic():
+    """Two confidence metrics (option_js on one dataset, p_gold_sd on another) get a panel each, labelled
+    with their own metric; dispersion levels ~15 and ~1.5 share a panel on a log scale that says so."""
+    import matplotlib.pyplot as plt
+
+    from sago_fast.report import plots
+    from sago_fast.report.data import ReportData
+
+    data = ReportData("run")
+    for step, (a, b) in zip((1, 2, 3), ((15.0, 1.5), (14.0, 1.2), (13.0, 1.6)), strict=True):
+        data.trajectories += [
+            ("zoo", "comparison", "activation", "dispersion", step, a, a - 1, a + 1),
+            ("zoo", "capitals", "activation", "dispersion", step, b, b - 0.1, b + 0.1),
+            ("zoo", "capitals", "confidence", "option_js", step, 0.1 * step, None, None),
+            ("zoo", "letters", "confidence", "p_gold_sd", step, 0.2 * step, None, None),
+        ]
+    figures = []
+    original = plots._svg
+    plots._svg = lambda fig: figures.append(fig) or original(fig)
+    try:
+        plots.training_plot(data)
+    finally:
+        plots._svg = original
+    axes = figures[0].axes
+    titles = [ax.get_title() for ax in axes]
+    assert titles == [
+        "activation: dispersion (★ significant change)",
+        "confidence: option_js (★ significant change)",
+        "confidence: p_gold_sd (★ significant change)",
+    ]
+    assert axes[0].get_yscale() == "log" and "log scale" in axes[0].get_ylabel()
+    assert "option JS" in axes[1].get_ylabel() and "SD of P(gold)" in axes[2].get_ylabel()
+    assert axes[1].get_yscale() == "linear"
+    plt.close("all")

@@ -65,7 +65,9 @@ def test_reweighted_graph_equals_a_fresh_export(arch, tmp_path, tokenizer):
     onnx.checker.check_model(str(standalone / "model.onnx"))
     loaded = onnx.load(str(standalone / "model.onnx"))  # external data included
     assert all(f.stat().st_nlink == 1 for f in standalone.iterdir())
-    assert {i.name for i in loaded.graph.initializer} >= set(reweighted.exported.manifest["reweight"]["names"])
+    assert {i.name for i in loaded.graph.initializer} >= set(
+        reweighted.exported.manifest["reweight"]["names"]
+    )
     import onnxruntime as ort
 
     session = ort.InferenceSession(str(standalone / "model.onnx"), providers=["CPUExecutionProvider"])

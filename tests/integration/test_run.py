@@ -178,3 +178,78 @@ def test_yaml_config_and_cli(tmp_path, checkpoints, cache_dir):
         text=True,
     )
     assert bad.returncode == 2 and "unknown key(s) bogus" in bad.stderr
+
+
+def test_ctrl_c_in_the_statistics_leaves_the_run_unscored_and_sago_stats_finishes_it(
+    tmp_path, checkpoints, cache_dir, monkeypatch
+):
+    """Every unit is kept, the run is marked ``unscored`` (not ``done`` with empty statistics), the error
+    says what happened and how to finish, and ``sago stats`` computes them and marks the run ``done``."""
+    import sago_fast.stats as stats_module
+    from sago_fast.errors import Interrupted
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    db = tmp_path / "r.duckdb"
+    config = RunConfig(
+        models=(str(checkpoints["llama"]),),
+        datasets=("capitals",),
+        db=db,
+        limit=3,
+        variants_per_family=1,
+        families=("typo",),
+        cache_dir=cache_dir,
+    )
+    with monkeypatch.context() as patch:
+        patch.setattr(stats_module, "run_stats", interrupted)
+        with pytest.raises(Interrupted, match=r"1 units? .*kept.*unscored.*sago stats --db"):
+            run(config, progress=False)
+    with Store(db, read_only=True) as store:
+        assert store.query("SELECT status FROM runs")[1] == [("unscored",)]
+        assert store.query("SELECT count(*) FROM units WHERE status = 'done'")[1] == [(1,)]
+        assert not store.query("SELECT count(*) FROM model_scores")[1][0][0]
+    done = subprocess.run(
+        [sys.executable, "-m", "sago_fast.cli.app", "stats", "--db", str(db)], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    with Store(db, read_only=True) as store:
+        assert store.query("SELECT status FROM runs")[1] == [("done",)]
+        assert store.query("SELECT count(*) FROM model_scores")[1][0][0] > 0
+
+
+def test_a_skipped_training_run_member_still_prints_the_summary(tmp_path, tokenizer, cache_dir):
+    """A broken member is skipped with one error line; the members that ran are summarised on stdout."""
+    from sago_fast.checkpoints.tiny import TinySize, build_tiny_checkpoint
+
+    size = TinySize(hidden=32, layers=1, heads=2, kv_heads=1, intermediate=48)
+    run_dir = tmp_path / "run"
+    build_tiny_checkpoint("llama", run_dir / "step-1", size, seed=1, tokenizer=tokenizer)
+    broken = build_tiny_checkpoint("llama", run_dir / "step-2", size, seed=2, tokenizer=tokenizer)
+    weights = broken / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-64])
+    db = tmp_path / "r.duckdb"
+    args = [
+        "run",
+        "-m",
+        str(run_dir),
+        "-d",
+        "capitals",
+        "--limit",
+        "2",
+        "-k",
+        "1",
+        "-F",
+        "typo",
+        "--db",
+        str(db),
+    ]
+    done = subprocess.run(
+        [sys.executable, "-m", "sago_fast.cli.app", *args, "--cache-dir", str(cache_dir)],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 2
+    assert "step-2" in next(line for line in done.stderr.splitlines() if line.startswith("sago: error:"))
+    assert "step-1" in done.stdout and "capitals" in done.stdout  # the summary of the member that ran
+    assert "1 unit run" in done.stdout

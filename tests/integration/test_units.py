@@ -113,12 +113,24 @@ def test_sigkill_then_rerun_equals_an_uninterrupted_run(job, reference, tmp_path
     done = con.execute("SELECT count(*) FROM units").fetchone()[0]
     con.close()
     assert 1 <= done < 4  # killed in the middle
+    from sago_fast.store import Store
+
+    with Store(db) as store:  # the dead process's run is found and marked for what it is
+        assert store.query("SELECT status FROM runs")[1] == [("running",)]
+        assert len(store.mark_dead_runs()) == 1
+        assert store.query("SELECT status FROM runs")[1] == [("interrupted",)]
     again = subprocess.run(
         sago_cmd("run", *args, "--db", str(db)), capture_output=True, text=True, timeout=600
     )
     assert again.returncode == 0, again.stderr
-    assert "already done (skipped)" in again.stdout and f"{4 - done} units run" in again.stdout
+    left = 4 - done
+    assert (
+        "already done (skipped)" in again.stdout
+        and f"{left} unit{'s' if left > 1 else ''} run" in again.stdout
+    )
     assert_same_tables(db, reference[0])
+    with Store(db, read_only=True) as store:
+        assert store.query("SELECT status FROM runs")[1] == [("done",)]
 
 
 def test_rerun_skips_done_units_without_loading_models(job, reference, tmp_path, monkeypatch):

@@ -198,6 +198,35 @@ def test_activation_by_hand(chunks):
     assert dataset[(0, "between_example_distance", "canonical")] == pytest.approx(between)
 
 
+def test_dispersion_is_left_out_where_examples_do_not_spread():
+    """Layer 0 as under last-token pooling: every canonical prompt ends in the same token, so the
+    between-example distance is 0 and a ratio to it is not a number: no dispersion rows at that layer (never
+    NaN or inf), while layer 1 keeps its rows; the layer mean in item_scores averages the defined layers."""
+    from sago_fast.run.evaluate import layer_item_scores
+
+    rng = np.random.default_rng(0)
+    H = rng.normal(size=(2, 4, 2, 3)).astype(np.float32)  # (L, E, V, d)
+    H[0, :, 0] = [1.0, 2.0, 0.5]  # layer 0: the same canonical vector for every example
+    ids = [f"e{i}" for i in range(4)]
+    table, dataset = activation_rows(H, ("canonical", "typo"), [[0, 1], [2, 3]])
+    assert dataset[(0, "between_example_distance", "canonical")] == 0.0
+    assert not [k for k in table if k[1] == "dispersion"]  # layer 0: left out
+
+    from sago_fast.axes.levels import DATASET_SCORERS, ActivationBlock, ChunkView, UnitContext
+
+    context = UnitContext(4, 0, frozenset({("canonical", "typo")}))
+    block = ActivationBlock(
+        ("canonical", "typo"), np.ones(2, dtype=bool), (None, "typo"), tuple(ids), "mean", H, H[:, :, 0]
+    )
+    view = ChunkView(context, [], np.zeros(0), np.zeros(0), np.zeros(0), np.zeros(0), [block])
+    scorer = DATASET_SCORERS.get("dispersion")
+    layers = scorer.finish([scorer.partial(view)], context).layers
+    assert layers and all(set(block.layer) == {1} and np.isfinite(block.value).all() for block in layers)
+    items = {(i.example_id, i.family): i.value for i in layer_item_scores(layers)}
+    one = next(b for b in layers if b.family[0] is None)
+    assert items[("e0", None)] == pytest.approx(one.value[one.example_id.index("e0")])
+
+
 def test_between_example_distance_from_sums_equals_scipy():
     from scipy.spatial.distance import pdist
 
