@@ -58,9 +58,7 @@ def main() -> None:
 
     debug = "--debug" in sys.argv[1:]
     try:
-        code = typer.main.get_command(app).main(prog_name="sago", standalone_mode=False)
-        if isinstance(code, int) and code:  # --help and friends return their exit code here
-            sys.exit(code)
+        run_app()
     except NoArgsIsHelpError as exc:  # `sago` or `sago variants` alone: the help
         exc.show()
         sys.exit(exc.exit_code)
@@ -80,6 +78,14 @@ def main() -> None:
         sys.exit(2)
     except KeyboardInterrupt:
         _exit_interrupted("sago: interrupted before any result was written")
+
+
+def run_app() -> None:
+    """Parse the command line and run the command, parser errors raised rather than printed (``main``
+    turns them into one line); exits with the code ``--help`` and friends return."""
+    code = typer.main.get_command(app).main(prog_name="sago", standalone_mode=False)
+    if isinstance(code, int) and code:
+        sys.exit(code)
 
 
 def _one_line(text: str) -> str:

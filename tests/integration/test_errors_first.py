@@ -168,7 +168,7 @@ def test_ctrl_c_exits_130_even_after_an_interrupted_exec(tmp_path):
         "def slow():\n"
         "    print('ready', flush=True)\n"
         "    exec('import time\\nfor _ in range(600):\\n    time.sleep(0.1)')\n"
-        "cli.app = slow\n"
+        "cli.run_app = slow\n"
         "cli.main()\n"
     )
     process = subprocess.Popen(

@@ -253,3 +253,21 @@ def test_a_skipped_training_run_member_still_prints_the_summary(tmp_path, tokeni
     assert "step-2" in next(line for line in done.stderr.splitlines() if line.startswith("sago: error:"))
     assert "step-1" in done.stdout and "capitals" in done.stdout  # the summary of the member that ran
     assert "1 unit run" in done.stdout
+
+
+def test_an_undefined_figure_prints_null_never_nan(tmp_path):
+    """One example: no between-example distance, so no dispersion (never NaN): the summary says NULL."""
+    zoo = Path(__file__).resolve().parents[2] / "sago_fast" / "zoo" / "shipped" / "step-01200"
+    db = tmp_path / "one.duckdb"
+    args = ["run", "-m", str(zoo), "-d", "capitals", "--limit", "1", "-k", "1", "-F", "typo", "--db", str(db)]
+    done = subprocess.run(
+        [sys.executable, "-m", "sago_fast.cli.app", *args, "--cache-dir", str(tmp_path / "cache")],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    header, _, row = done.stdout.splitlines()[:3]
+    assert row.split()[header.split().index("dispersion")] == "NULL"
+    assert "nan" not in done.stdout.lower()
+    with Store(db, read_only=True) as store:
+        assert not store.query("SELECT count(*) FROM layer_scores WHERE metric = 'dispersion'")[1][0][0]

@@ -35,7 +35,10 @@ TABLES = (
     "rank_reversals",
     "axis_correlations",
 )
-VOLATILE = {"runs": "EXCLUDE (created_at, command, config_json)", "units": "EXCLUDE (seconds, finished_at)"}
+VOLATILE = {
+    "runs": "EXCLUDE (created_at, command, config_json, host, pid)",
+    "units": "EXCLUDE (seconds, finished_at)",
+}
 
 
 def assert_same_tables(db_a: Path, db_b: Path) -> None:
