@@ -23,7 +23,7 @@ from sago_fast.types import POOLED_OUTPUTS, ExportSettings
 log = logging.getLogger(__name__)
 
 MANIFEST_FILE = "manifest.json"
-FORMAT_VERSION = 5  # bump when the graph's inputs/outputs or semantics change
+FORMAT_VERSION = 6  # bump when the graph's inputs/outputs or semantics change
 
 
 def _max_positions(config: Any) -> int | None:

@@ -145,7 +145,8 @@ def unified_forward(
     # target j is predicted at new position (new - T - 1 + j)
     final = out.hidden_states[-1]  # (batch, new, d_model), after the final norm
     t_offsets = torch.ones_like(target_ids[0]).cumsum(0) - 1  # (T,) 0..T-1
-    n_targets = torch.ones_like(target_ids[0]).sum()
+    # (1,), not a scalar: CUDA's ReduceSum refuses to drop an empty axis (T = 0: nothing to score)
+    n_targets = torch.ones_like(target_ids[0]).sum(0, keepdim=True)
     index = (t_offsets + (new - n_targets - 1)).view(1, -1, 1).expand(final.shape[0], -1, final.shape[2])
     scoring = torch.gather(final, 1, index)  # (batch, T, d_model)
     target_logits = model.get_output_embeddings()(scoring).to(torch.float32)  # (batch, T, vocab)

@@ -84,6 +84,18 @@ def _native_stderr_silenced() -> Iterator[None]:
         os.close(devnull)
 
 
+def _preload_cuda_libraries(ort: Any) -> None:
+    """Load the CUDA and cuDNN libraries of the ``nvidia-*`` pip packages beside torch (``preload_dlls``,
+    onnxruntime-gpu 1.21 and later), so the CUDA provider finds them without LD_LIBRARY_PATH; importing
+    torch first loads the same libraries where torch has CUDA."""
+    with contextlib.suppress(Exception):
+        import torch  # noqa: F401  (its CUDA libraries, when it has them)
+    preload = getattr(ort, "preload_dlls", None)
+    if preload is not None:
+        with contextlib.suppress(Exception):
+            preload()
+
+
 @functools.lru_cache(maxsize=1)
 def cuda_runs() -> tuple[bool, str]:
     """Open a one-node graph on the CUDA provider and check that it really runs there.
@@ -109,6 +121,7 @@ def cuda_runs() -> tuple[bool, str]:
     so.log_severity_level = 4
     try:
         with _native_stderr_silenced():  # ORT's C++ logger prints the failed CUDA load; we report it once
+            _preload_cuda_libraries(ort)
             session = ort.InferenceSession(
                 model.SerializeToString(), sess_options=so, providers=providers_for("cuda")
             )

@@ -82,3 +82,31 @@ def test_small_token_budget_gives_same_numbers(checkpoints, cache_dir):
     small = model.probe(TEXTS * 3)
     np.testing.assert_allclose(big.hidden_mean, small.hidden_mean, atol=TOL)
     np.testing.assert_allclose(big.next_logprobs, small.next_logprobs, atol=TOL)
+
+
+def test_no_reduction_drops_an_axis_that_may_be_empty(checkpoints, cache_dir):
+    """With nothing to score (target_ids of width 0) a reduction over the targets' axis must keep it:
+    ONNX Runtime's CUDA ReduceSum refuses to drop an empty axis (seen on an H200, 2026-12-04), where the CPU
+    kernel returns 0. Every ReduceSum downstream of target_ids keeps its dims."""
+    import onnx
+
+    import sago_fast
+
+    with sago_fast.load_model(checkpoints["llama"], cache_dir=cache_dir) as model:
+        graph = onnx.load(str(model.exported.model_path), load_external_data=False).graph
+    reached, frontier = {"target_ids"}, ["target_ids"]
+    consumers: dict[str, list] = {}
+    for node in graph.node:
+        for name in node.input:
+            consumers.setdefault(name, []).append(node)
+    reductions = []
+    while frontier:
+        for node in consumers.get(frontier.pop(), []):
+            if node.op_type == "ReduceSum":
+                reductions.append(node)
+            for out in node.output:
+                if out not in reached:
+                    reached.add(out)
+                    frontier.append(out)
+    keepdims = [next((a.i for a in n.attribute if a.name == "keepdims"), 1) for n in reductions]
+    assert reductions and all(keepdims), [n.name for n, k in zip(reductions, keepdims, strict=True) if not k]
