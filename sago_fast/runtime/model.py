@@ -25,11 +25,11 @@ from sago_fast.runtime.generate import (
     Generation,
     GenerationSettings,
     greedy_generate,
-    past_input_names,
     prefill_feeds,
     takes_segments,
     with_plain_segments,
 )
+from sago_fast.runtime.kv_cache import DeviceCache, HostCache, KVCache, RowGather, present_names
 from sago_fast.runtime.prefix import score_in_blocks, score_on_prefix
 from sago_fast.runtime.progress import NoProgress, PassProgress
 from sago_fast.runtime.session import SessionOptions, open_session, resolve_device
@@ -76,6 +76,7 @@ class SagoModel:
     pinned: tuple[Any, ...] = ()  # OrtValues the session reads (a LoRA adapter's weights): kept alive
     # prompts sharing this many leading tokens prefill them once (0: off; see runtime/shared_prefix.py)
     prefix_sharing: int = MIN_SHARED_TOKENS
+    _row_gather: RowGather | None = field(default=None, repr=False)  # selects cache rows on the device
 
     @property
     def has_kv_cache(self) -> bool:
@@ -188,16 +189,16 @@ class SagoModel:
             tokens["prefill"] += int(mask.sum()) if new_tokens is None else new_tokens
             if continuations is None:
                 return
-            presents = {k: v for k, v in out.items() if k.startswith("present.")}
+            cache = self._kv_cache(out)
             conts = [continuations[i] for i in batch]
             if blocks:
                 on_cache, block_tokens = score_in_blocks(
-                    self._run, presents, mask, out["next_logprobs"], conts, self.pad_id
+                    self._run, cache, mask, out["next_logprobs"], conts, self.pad_id
                 )
-            else:
+            else:  # cuts the cache's last column: on the host
                 on_cache, block_tokens = score_on_prefix(
                     self._run,
-                    presents,
+                    cache.host(),
                     ids,
                     mask,
                     out["next_logprobs"],
@@ -215,7 +216,8 @@ class SagoModel:
 
             def run_batch(batch: np.ndarray) -> None:
                 ids, mask = left_pad([token_ids[i] for i in batch], self.pad_id)
-                on_prefill(batch, ids, mask, self._run(prefill_feeds(self.session, ids, mask)))
+                out = self._run(prefill_feeds(self.session, ids, mask), cache=continuations is not None)
+                on_prefill(batch, ids, mask, out)
 
             groups = prefix_groups(token_ids, self.prefix_sharing, share_keys) if self.has_kv_cache else []
             grouped = {i for group in groups for i in group.members}
@@ -224,7 +226,7 @@ class SagoModel:
                 batches = [alone[part] for part in plan_batches(lengths[alone], self.batch_policy)]
                 self._run_batches(batches, run_batch, tokens)
             if groups:
-                self._prefill_shared(token_ids, groups, on_prefill, tokens)
+                self._prefill_shared(token_ids, groups, on_prefill, tokens, continuations is not None)
         else:
             generations = self._generate(token_ids, generation, on_prefill)
         processed = tokens["prefill"] + tokens["blocks"]
@@ -240,19 +242,25 @@ class SagoModel:
         groups: Sequence[PrefixGroup],
         on_prefill: Callable[..., None],
         tokens: dict[str, int],
+        keep_cache: bool,
     ) -> None:
         """Prompts of ``groups``: each group's shared prefix prefilled once (groups batched by prefix
         length), then every member continues its prefix's cache with its own tokens (see
-        :mod:`sago_fast.runtime.shared_prefix`)."""
+        :mod:`sago_fast.runtime.shared_prefix`); ``keep_cache``: the members' own caches are wanted
+        (their continuations are scored on them)."""
         prefix_lengths = np.array([g.length for g in groups], dtype=np.int64)
         for part in plan_batches(prefix_lengths, self.batch_policy):
             chosen = tuple(groups[g] for g in part)
             ids, mask = left_pad([token_ids[g.members[0]][: g.length] for g in chosen], self.pad_id)
-            prefix = PrefixPass(chosen, ids, mask, self._run(prefill_feeds(self.session, ids, mask)))
+            prefix = PrefixPass(
+                chosen, ids, mask, self._run(prefill_feeds(self.session, ids, mask), cache=True)
+            )
             tokens["prefill"] += int(mask.sum())
             rows = [(owner, i) for owner, g in enumerate(chosen) for i in g.members]  # (group row, prompt)
             costs = np.array([ids.shape[1] + len(token_ids[i]) - chosen[o].length for o, i in rows])
-            run_members = functools.partial(self._continue_prefix, token_ids, prefix, rows, on_prefill)
+            run_members = functools.partial(
+                self._continue_prefix, token_ids, prefix, rows, on_prefill, keep_cache
+            )
             self._run_batches(plan_batches(costs, self.batch_policy), run_members, tokens)
 
     def _run_batches(
@@ -270,6 +278,7 @@ class SagoModel:
         prefix: PrefixPass,
         rows: Sequence[tuple[int, int]],
         on_prefill: Callable[..., None],
+        keep_cache: bool,
         batch: np.ndarray,
     ) -> None:
         """One pass of the members ``rows[batch]`` (group row, prompt) on their prefixes' caches, handed to
@@ -286,10 +295,8 @@ class SagoModel:
             "target_ids": np.zeros((len(batch), 0), dtype=np.int64),
         }
         with_plain_segments(self.session, feeds)
-        presents = {k: v for k, v in prefix.out.items() if k.startswith("present.")}
-        for name, past in zip(presents, past_input_names(list(presents)), strict=True):
-            feeds[past] = np.ascontiguousarray(presents[name][owners])
-        result = self._run(feeds)
+        feeds.update(self._kv_cache(prefix.out).rows(owners))
+        result = self._run(feeds, cache=keep_cache)
         result["hidden_mean"] = combined_mean(
             prefix.out["hidden_mean"][:, owners],
             prefix.mask[owners].sum(1),
@@ -299,10 +306,36 @@ class SagoModel:
         ids = np.concatenate([prefix.ids[owners], own_ids], axis=1)
         on_prefill(prompts, ids, mask, result, int(own_mask.sum()))
 
-    def _run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Every output of one graph call, by name."""
-        names = self._output_names
-        return dict(zip(names, self.session.run(None, feeds), strict=True))
+    def _run(self, feeds: dict[str, Any], *, cache: bool = False) -> dict[str, Any]:
+        """The outputs of one graph call, by name; the KV cache (``present.*``, the largest outputs by far:
+        layers × 2 × batch × heads × length × head size) only when ``cache``, for the passes that continue
+        from it. What is not asked for is never copied out of ONNX Runtime. With IOBinding (CUDA) the cache
+        stays on the device as ONNX Runtime values, and cache feeds may be such values
+        (:mod:`sago_fast.runtime.kv_cache`); every other output comes to the host."""
+        names = [n for n in self._output_names if cache or not n.startswith("present.")]
+        device = self.io_binding_device
+        if device is None:
+            return dict(zip(names, self.session.run(names, feeds), strict=True))
+        binding = self.session.io_binding()
+        for name, value in feeds.items():
+            if isinstance(value, np.ndarray):
+                binding.bind_cpu_input(name, np.ascontiguousarray(value))
+            else:
+                binding.bind_ortvalue_input(name, value)
+        for name in names:
+            binding.bind_output(name, device if name.startswith("present.") else "cpu", 0)
+        self.session.run_with_iobinding(binding)
+        values = dict(zip(names, binding.get_outputs(), strict=True))
+        return {k: v if k.startswith("present.") else v.numpy() for k, v in values.items()}
+
+    def _kv_cache(self, out: dict[str, Any]) -> KVCache:
+        """The ``present.*`` outputs of a pass, where they are: host arrays, or values on the device."""
+        presents = {name: out[name] for name in present_names(out)}
+        if self.io_binding_device is None or any(isinstance(v, np.ndarray) for v in presents.values()):
+            return HostCache(presents)  # (the decode loop's prompt step hands host outputs over)
+        if self._row_gather is None:
+            self._row_gather = RowGather(self.session.get_providers(), self.io_binding_device)
+        return DeviceCache(presents, self._row_gather)
 
     @property
     def _output_names(self) -> list[str]:

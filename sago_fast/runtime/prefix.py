@@ -26,13 +26,15 @@ to ~1.5 GB for option blocks alone.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
 from sago_fast.runtime.batching import BatchPolicy, left_pad, plan_batches
 from sago_fast.runtime.generate import SEGMENT_IDS, past_input_names
+from sago_fast.runtime.kv_cache import KVCache
 
-Run = Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]
+Run = Callable[[dict[str, Any]], dict[str, Any]]
 LOGITS_BYTES = 256 << 20  # one block pass's logits and their log-softmax temporaries (3 float32 copies)
 
 
@@ -104,7 +106,7 @@ def score_on_prefix(
 
 def score_in_blocks(
     run: Run,
-    presents: dict[str, np.ndarray],
+    cache: KVCache,
     mask: np.ndarray,
     next_logprobs: np.ndarray,
     continuations: Sequence[Sequence[Sequence[int]]],
@@ -112,7 +114,8 @@ def score_in_blocks(
 ) -> tuple[list[list[np.ndarray]], int]:
     """:func:`score_on_prefix` in option blocks: one row per prompt, its continuations after its cache.
 
-    presents: present.* of the prefill (name -> (b, kv_heads, P, head_dim)), fed back unchanged; mask:
+    cache: present.* of the prefill ((b, kv_heads, P, head_dim) each, on the host or the device), fed back
+    unchanged (contiguous row ranges; on the device the whole batch, or its rows gathered there); mask:
     (b, P); next_logprobs: (b, vocab); continuations[r]: token lists continuing prompt r.
     Returns ([r][j] -> (len,) float64, tokens processed by the block passes).
     """
@@ -145,7 +148,6 @@ def score_in_blocks(
     width = max((len(b) for b in inputs), default=0)
     if width == 0:
         return out, 0
-    past_names = dict(zip(presents, past_input_names(list(presents)), strict=True))
     rows_per_pass = max(1, LOGITS_BYTES // (width * next_logprobs.shape[1] * 4 * 3))
     processed = 0
     for first in range(0, len(inputs), rows_per_pass):
@@ -162,9 +164,8 @@ def score_in_blocks(
             "attention_mask": np.concatenate([mask[rows], block_mask], axis=1),
             SEGMENT_IDS: np.concatenate([np.zeros_like(mask[rows]), block_segments], axis=1),
             "target_ids": block_targets,
+            **cache.rows(rows),
         }
-        for name, value in presents.items():
-            feeds[past_names[name]] = value[rows]
         logp = run(feeds)["target_logprobs"]  # (g, W)
         pad = block_targets.shape[1] - np.array([len(b) for b in inputs[rows]])
         for row, r in enumerate(range(rows.start, rows.stop)):

@@ -121,3 +121,47 @@ def test_token_budget_for_memory_by_hand():
     assert token_budget_for_memory(8 * 2**30, 16, 2048, 2) == (8 * 2**30 // 2) // 204800
     assert token_budget_for_memory(10, 16, 2048, 2) == 256  # never below the floor
     assert token_budget_for_memory(2**50, 2, 64, 4) == 262144  # nor above the ceiling
+
+
+SHARED = [
+    "Question: which of these is a colour? Answer with the option. red",
+    "Question: which of these is a colour? Answer with the option. blue",
+    "Question: which of these is a colour? Answer with the option, please. green",
+    "Something else entirely",
+]
+
+
+@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+def test_option_blocks_and_shared_prefixes_keep_the_cache_in_ort_memory(arch, checkpoints, cache_dir):
+    """IOBinding (CUDA's path, here on the CPU): the prefill's KV cache stays an ONNX Runtime value and is
+    fed back to the option-block pass, and shared prefixes' caches are continued with rows gathered in
+    ONNX Runtime; no present.* crosses to numpy, and every number equals the plain path's."""
+    from sago_fast.runtime import kv_cache
+
+    plain = sago_fast.load_model(checkpoints[arch], cache_dir=cache_dir)
+    bound = sago_fast.load_model(
+        checkpoints[arch], cache_dir=cache_dir, session_options=SessionOptions(io_binding="on")
+    )
+    for model in (plain, bound):
+        model.prefix_sharing = 4  # the SHARED prompts share far more than 4 leading tokens
+    ids = bound.tokenize(SHARED)
+    conts = [[[7, 8, 9], [10], [11, 12]] for _ in SHARED]
+    made: list[type] = []
+    original = bound._kv_cache
+    bound._kv_cache = lambda out: made.append(type(original(out))) or original(out)
+    gathered: list[int] = []
+    gather = kv_cache.RowGather.__call__
+    kv_cache.RowGather.__call__ = lambda self, value, idx: (
+        gathered.append(len(idx)) or gather(self, value, idx)
+    )
+    try:
+        got = bound.prefill(ids, conts)
+    finally:
+        kv_cache.RowGather.__call__ = gather
+    expected = plain.prefill(ids, conts)
+    assert made and set(made) == {kv_cache.DeviceCache} and gathered  # shared prefixes: rows gathered
+    np.testing.assert_allclose(got.probe.hidden_mean, expected.probe.hidden_mean, atol=1e-5, rtol=0)
+    np.testing.assert_allclose(got.probe.next_logprobs, expected.probe.next_logprobs, atol=1e-5, rtol=0)
+    for a, b in zip(got.continuation_logprobs, expected.continuation_logprobs, strict=True):
+        for x, y in zip(a, b, strict=True):
+            np.testing.assert_allclose(x, y, atol=1e-5, rtol=0)

@@ -110,3 +110,22 @@ def test_no_reduction_drops_an_axis_that_may_be_empty(checkpoints, cache_dir):
                     frontier.append(out)
     keepdims = [next((a.i for a in n.attribute if a.name == "keepdims"), 1) for n in reductions]
     assert reductions and all(keepdims), [n.name for n, k in zip(reductions, keepdims, strict=True) if not k]
+
+
+def test_only_what_the_axes_read_leaves_the_session(checkpoints, cache_dir):
+    """A probe asks ONNX Runtime for its pooled outputs and log-probs only: the KV cache (present.*) is never
+    copied out (on CUDA, off the device); scoring options asks for it on the prefill it continues from."""
+    import sago_fast
+
+    with sago_fast.load_model(checkpoints["llama"], cache_dir=cache_dir) as model:
+        asked: list[list[str]] = []
+        run = model.session.run
+        model.session.run = lambda names, feeds, *a: asked.append(list(names)) or run(names, feeds, *a)
+        ids = model.tokenize(["What is 2 + 3?", "Which is larger, 41 or 14?"])
+        model.probe_ids(ids)
+        assert asked and not [n for names in asked for n in names if n.startswith("present.")]
+        assert {"hidden_last", "hidden_mean", "next_logprobs"} <= set(asked[0])
+        asked.clear()
+        model.prefill(ids, [[[5], [6, 7]], [[8, 9], [10]]])
+        assert any(n.startswith("present.") for n in asked[0])  # the prefill the options continue from
+        assert not [n for names in asked[1:] for n in names if n.startswith("present.")]
