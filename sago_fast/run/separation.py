@@ -6,6 +6,8 @@ paired anytime-valid confidence sequence (:mod:`sago_fast.stats.sequential`) run
 difference, later minus earlier (b - a), over the examples both have visited, in the shared visiting
 order, on the range ``[-(high - low), high - low]`` of the metric's bounds. A comparison is settled on a
 metric once the sign of the difference is known (the sequence excludes 0) or its half-width is within H;
+each sequence is built at the run's alpha split over its comparisons and their metrics (Bonferroni,
+:func:`family_alpha`), so a sign declared anywhere in the run is wrong with probability at most alpha;
 a pair once every metric is; a unit stops (``separated``) once every pair it is in is settled. A unit
 whose comparisons are all gone (its neighbours failed) falls back to its own precision rule.
 
@@ -26,6 +28,7 @@ from itertools import pairwise
 import numpy as np
 
 from sago_fast.axes.catalogue import metric as metric_spec
+from sago_fast.axes.catalogue import sequential_metrics
 from sago_fast.run.sequential import (
     ACCURACY,
     ChunkValues,
@@ -38,6 +41,13 @@ from sago_fast.run.sequential import (
 from sago_fast.stats.sequential import BettingSequence, Scale, Tuning
 
 SEPARATED = "separated"
+
+
+def family_alpha(alpha: float, n_comparisons: int) -> float:
+    """Each comparison's share of ``alpha`` (Bonferroni): the run's neighbour comparisons times the metric
+    groups a comparison can follow, so that the chance of any sequence of the run excluding a true
+    difference (a "significant" change between equal checkpoints among them) stays within ``alpha``."""
+    return alpha / max(1, n_comparisons * len(sequential_metrics()))
 
 
 @dataclass(frozen=True)
@@ -58,6 +68,7 @@ class PairBounds(MetricBounds):
     a: Side
     b: Side
     n_examples: int
+    alpha: float = 0.05  # 1 - the sequence's coverage: the run's alpha, split over its comparisons
 
     @property
     def sign(self) -> int:
@@ -92,6 +103,7 @@ class SeparationMonitor:
         self.settings = settings
         self.precision: float = settings.precision
         self.comparisons = list(comparisons)
+        self.alpha = family_alpha(settings.alpha, len(self.comparisons))
         self.values: dict[str, dict[str, dict[str, float]]] = {}  # unit -> metric -> example -> value
         self.first_metrics: dict[str, set[str]] = {}  # unit -> the metrics of its first chunk
 
@@ -169,10 +181,12 @@ class SeparationMonitor:
         return True
 
     def _bounds(self, comparison: Comparison, name: str, k: int, differences: np.ndarray) -> PairBounds:
-        low, high = metric_spec(name).bounds or (0.0, 1.0)
+        bounds = metric_spec(name).bounds
+        assert bounds is not None, f"{name}: only bounded metrics are followed (followed_metrics)"
+        low, high = bounds
         scale = Scale(-(high - low), high - low)
         tuning = Tuning(scale.width_to_unit(self.precision), len(comparison.order))
-        sequence = BettingSequence(self.settings.alpha, tuning)
+        sequence = BettingSequence(self.alpha, tuning)
         sequence.extend(scale.to_unit(differences))
         lower, upper = sequence.bounds()
         return PairBounds(
@@ -185,6 +199,7 @@ class SeparationMonitor:
             comparison.a,
             comparison.b,
             k,
+            self.alpha,
         )
 
 

@@ -1,12 +1,14 @@
 """What changed over training: each checkpoint against the one before it, per (dataset, headline metric).
 
 A training run's checkpoints are ordered by step (``checkpoint_names``); each consecutive pair is read
-from ``model_comparisons`` (the same paired test: exact McNemar for accuracy, the paired studentized
-bootstrap otherwise), turned to "later minus earlier", and the p-values of this family of consecutive
+from ``model_comparisons`` (the same paired test for every metric: sign-flip permutation and studentized
+bootstrap together, :func:`sago_fast.stats.methods.paired_mean_difference`), turned to "later minus earlier", and the p-values of this family of consecutive
 comparisons are adjusted together (Benjamini–Hochberg). Consecutive steps with identical weights are
 recorded with a change of 0 and no test. ``significant``: adjusted p below ``alpha``; for checkpoints
 compared with ``sago run --until-separated``, whose units stopped on these differences, the paired
-anytime-valid sequence is the CI (no p-value) and ``significant`` means it excludes 0.
+anytime-valid sequence is the CI (no p-value) and ``significant`` means it excludes 0; those sequences
+are built at alpha split over the run's comparisons (:mod:`sago_fast.run.separation`), so the family's
+error is controlled either way (:func:`sago_fast.stats.methods.comparison_significant`).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from sago_fast.stats.methods import bh_adjust
+from sago_fast.stats.methods import bh_adjust, comparison_significant
 from sago_fast.stats.sequential import SEPARATION_TEST
 
 Columns = dict[str, list[Any]]
@@ -83,7 +85,7 @@ def checkpoint_changes(
     adjusted = bh_adjust(p) if len(p) else p
     out["p_adjusted"] = [None if np.isnan(x) else float(x) for x in adjusted]
     out["significant"] = [
-        (low > 0 or high < 0) if test == SEPARATION_TEST else (adjusted is not None and adjusted < alpha)
+        comparison_significant(test == SEPARATION_TEST, adjusted, low, high, alpha)
         for test, low, high, adjusted in zip(
             out["test"], out["ci_low"], out["ci_high"], out["p_adjusted"], strict=True
         )

@@ -4,10 +4,11 @@ model_scores       per (model, dataset, axis, metric, family): mean over example
                    test of the mean against the metric's null (nulls.py; exact binomial for 0/1 values,
                    else studentized bootstrap over examples), the effect (estimate beyond the null, in the
                    metric's unit), BH-adjusted p over the whole table
-model_comparisons  per dataset and headline metric, every model pair on the same examples: exact McNemar
-                   for 0/1 values (accuracy), else a two-sided studentized bootstrap test of the mean
-                   difference (differences rounded to 1e-12 relative) with its CI from the same
-                   resamples; McNemar on flip indicators
+model_comparisons  per dataset and headline metric, every model pair on the same examples: one paired test
+                   of the mean difference for every metric (differences rounded to 1e-12 relative):
+                   significant when a sign-flip permutation test and a studentized bootstrap both
+                   reject, the CI the hull of their inverted intervals (methods.paired_mean_difference);
+                   McNemar on flip indicators
 rankings           per source (a dataset, or one family of a dataset) and headline metric: each model's
                    mean rank over examples (1 = most stable / most accurate), Friedman test, Nemenyi CD;
                    plus ``worst_axis``: per model the worst of its four axis ranks
@@ -38,11 +39,11 @@ from sago_fast.stats.changes import checkpoint_changes, training_runs
 from sago_fast.stats.config import sesoi_for
 from sago_fast.stats.data import ACCURACY, AXES, Key, RunData
 from sago_fast.stats.methods import (
+    PAIRED_TEST,
     StatsConfig,
     bh_adjust,
-    bootstrap_ci,
+    comparison_significant,
     correlation_permutation_p,
-    is_binary,
     kendall_tau_b_rows,
     kendall_w,
     mcnemar_p,
@@ -57,7 +58,7 @@ from sago_fast.stats.sequential import SEPARATION_TEST
 
 Columns = dict[str, list[Any]]
 
-PAIRED_MEAN_TEST = "paired studentized bootstrap"  # model_comparisons.test of continuous metrics
+PAIRED_MEAN_TEST = PAIRED_TEST  # model_comparisons.test of every paired metric
 
 
 @dataclass
@@ -101,16 +102,25 @@ def compute_stats(data: RunData, config: StatsConfig = StatsConfig()) -> StatsTa
     _rankings(data, config, tables)
     _reversals(data, config, tables)
     _correlations(data, config, tables.axis_correlations)
-    tables.checkpoint_changes.update(
-        checkpoint_changes(
-            data.run_id,
-            training_runs(data.positions),
-            {dataset: _headline_metrics(data, dataset) for dataset in data.datasets},
-            tables.model_comparisons,
-            config.alpha,
-        )
-    )
+    tables.checkpoint_changes.update(_changes(data, config, tables.model_comparisons))
     return tables
+
+
+def changes_over_training(data: RunData, config: StatsConfig = StatsConfig()) -> Columns:
+    """``checkpoint_changes`` alone, from the model comparisons it reads, as :func:`compute_stats` makes it."""
+    comparisons: Columns = defaultdict(list)
+    _comparisons(data, config, comparisons)
+    return _changes(data, config, comparisons)
+
+
+def _changes(data: RunData, config: StatsConfig, comparisons: Columns) -> Columns:
+    return checkpoint_changes(
+        data.run_id,
+        training_runs(data.positions),
+        {dataset: _headline_metrics(data, dataset) for dataset in data.datasets},
+        comparisons,
+        config.alpha,
+    )
 
 
 # --- model_scores -------------------------------------------------------------------------------------
@@ -293,14 +303,11 @@ def _comparisons(data: RunData, config: StatsConfig, out: Columns) -> None:
                 if len(a) == 0:
                     continue
                 stream = _stream(dataset, metric, model_a, model_b)
-                binary = is_binary(a, b)
                 p: float | None
-                if binary:  # paired 0/1 (accuracy): exact McNemar on the discordant examples
-                    low, high = bootstrap_ci(a - b, config, stream=stream)
-                    p, test = mcnemar_p(a > 0, b > 0), "mcnemar"
-                else:  # the mean difference, tested and bounded from the same resamples
-                    paired = paired_mean_difference(a, b, config, stream=stream)
-                    low, high, p, test = paired.low, paired.high, paired.p_value, PAIRED_MEAN_TEST
+                # every metric, 0/1 accuracy included (McNemar's test, then): one sign-flip test, its CI
+                # the shifts that test does not reject
+                paired = paired_mean_difference(a, b, config, stream=stream)
+                low, high, p, test = paired.low, paired.high, paired.p_value, PAIRED_MEAN_TEST
                 sequence = _pair_sequence(data, dataset, model_a, model_b, metric, family)
                 if sequence is not None:  # the units stopped on these very differences
                     (low, high), p, test = sequence, None, SEPARATION_TEST
@@ -513,15 +520,17 @@ def _agreement(
 def _reversals(data: RunData, config: StatsConfig, tables: StatsTables) -> None:
     """Model pairs whose order on a headline metric is significant (BH-adjusted) in opposite directions on
     two datasets. Significance and direction come from one statistic: the mean difference, whose test
-    (McNemar for 0/1 values, the paired studentized bootstrap otherwise) rejects only when the difference's
-    CI excludes 0 on the same side as its sign."""
+    (:func:`paired_mean_difference`; a sequential comparison's anytime-valid sequence) rejects only when
+    the difference's CI excludes 0 on the same side as its sign (:func:`comparison_significant`)."""
     comparisons = tables.model_comparisons
     significant: dict[tuple[str, str, str, str], dict[str, tuple[float, float]]] = defaultdict(dict)
     for i in range(len(comparisons["run_id"])):
         if comparisons["metric"][i] == "any_flip":  # a flip indicator, not a headline score
             continue
         p_adj = comparisons["p_adjusted"][i]
-        if p_adj is None or p_adj >= config.alpha:
+        sequential = comparisons["test"][i] == SEPARATION_TEST
+        low, high = comparisons["ci_low"][i], comparisons["ci_high"][i]
+        if not comparison_significant(sequential, p_adj, low, high, config.alpha):
             continue
         key = (
             comparisons["axis"][i],

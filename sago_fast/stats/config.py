@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from sago_fast.errors import InputError
@@ -29,6 +30,13 @@ class StatsConfig:
             raise InputError("n_resamples must be at least 100")
         if not 0 < self.confidence < 1 or not 0 < self.alpha < 1:
             raise InputError("confidence and alpha must lie in (0, 1)")
+        level = min(1.0 - self.confidence, self.alpha)
+        least = math.ceil(2.0 / level)  # a resampled two-sided p is at least 1 / (B + 1): B + 1 >= 2 / level
+        if self.n_resamples + 1 < least:
+            raise InputError(
+                f"--resamples {self.n_resamples} is too few for a {self.confidence:.4g} interval and alpha "
+                f"{self.alpha:.4g}: at least {least - 1} (a resampled p-value is never below 1 / (B + 1))"
+            )
 
 
 def sesoi_for(config: StatsConfig, metric: str, default: float | None) -> float:

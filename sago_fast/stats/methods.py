@@ -25,29 +25,6 @@ def _finite(values: np.ndarray) -> np.ndarray:
     return values[np.isfinite(values)]
 
 
-def bootstrap_ci(
-    values: np.ndarray, config: StatsConfig, statistic=np.mean, *, stream: int = 0
-) -> tuple[float, float]:
-    """Percentile bootstrap CI of ``statistic`` over examples (``scipy.stats.bootstrap``), seeded by
-    (config.seed, stream). Fewer than two examples or constant values give a zero-width interval."""
-    x = _finite(values)
-    if len(x) == 0:
-        return float("nan"), float("nan")
-    if len(x) < 2 or np.ptp(x) == 0:
-        value = float(statistic(x))
-        return value, value
-    result = stats.bootstrap(
-        (x,),
-        statistic,
-        n_resamples=config.n_resamples,
-        confidence_level=config.confidence,
-        method="percentile",
-        rng=np.random.default_rng([config.seed, stream]),
-        vectorized=True if statistic is np.mean else False,
-    )
-    return float(result.confidence_interval.low), float(result.confidence_interval.high)
-
-
 @dataclass(frozen=True)
 class MeanInference:
     """The mean of one value per example, its CI, and a one-sided test of the mean against a reference.
@@ -87,7 +64,7 @@ def mean_inference(
         p = None
         if reference is not None and len(x) >= 2:
             beyond = mean > reference if alternative == "greater" else mean < reference
-            p = 1.0 / (config.n_resamples + 1) if beyond else 1.0
+            p = 0.5 ** len(x) if beyond else 1.0  # the exact one-sided sign-flip p of n equal signs
         return MeanInference(mean, mean, mean, p, "constant")
     return _studentized_bootstrap(x, config, reference, alternative, stream)
 
@@ -109,6 +86,7 @@ def _binomial_inference(
 
 
 BOOTSTRAP_CHUNK = 256  # resamples drawn at once (memory: chunk x n examples)
+SE_FLOOR = 1e-9  # a resample's standard error below this share of the data's scale is no spread at all
 
 
 def _studentized_bootstrap(
@@ -117,11 +95,14 @@ def _studentized_bootstrap(
     """Bootstrap-t: t* = (mean* - mean) / se* over resamples of examples; CI = mean - t*_q se; the
     p-value is the share of t* at least as extreme as (mean - reference) / se (+1 smoothing).
 
-    Every resample's figures are finite: one made of a single repeated value (sparse 0/k data) is scaled
-    by the sample's se instead of its own zero spread."""
+    Every resample's figures are finite: one with no spread of its own (a single repeated value, sparse
+    0/k data) is scaled by the sample's se. "No spread" is relative to the data's scale
+    (``SE_FLOOR`` × the largest magnitude): a repeated value that is not exactly representable has a
+    rounding spread of ~1e-16, not 0, which would otherwise give t* of ~1e15."""
     n = len(x)
     rng = np.random.default_rng([config.seed, stream])
     mean, se = float(x.mean()), float(x.std(ddof=1) / np.sqrt(n))
+    floor = SE_FLOOR * float(np.max(np.abs(x)))
     t_star = np.empty(config.n_resamples)
     for start in range(0, config.n_resamples, BOOTSTRAP_CHUNK):
         size = min(BOOTSTRAP_CHUNK, config.n_resamples - start)
@@ -129,7 +110,7 @@ def _studentized_bootstrap(
         m = draws.mean(axis=1)
         s = draws.std(axis=1, ddof=1) / np.sqrt(n)
         # a resample of one repeated value has no spread of its own: it is scaled by the sample's
-        t_star[start : start + size] = (m - mean) / np.where(s > 0, s, se)
+        t_star[start : start + size] = (m - mean) / np.where(s > floor, s, se)
     t_low, t_high = _inverted_test_bounds(t_star, 1.0 - config.confidence)
     low, high = mean - t_high * se, mean - t_low * se
     p = None
@@ -157,22 +138,115 @@ def _inverted_test_bounds(t_star: np.ndarray, alpha: float) -> tuple[float, floa
     return float(ordered[m - 1]), float(ordered[b - m])
 
 
+SIGN_FLIP_EXACT_N = 12  # up to this many examples every one of the 2^n sign vectors is enumerated
+SIGN_FLIP_TEST = "paired sign-flip permutation"
+PAIRED_TEST = "paired sign-flip and studentized bootstrap"
+
+
 def paired_mean_difference(
     a: np.ndarray, b: np.ndarray, config: StatsConfig, *, stream: int = 0
 ) -> MeanInference:
-    """Two-sided test of H0: mean(a - b) = 0 over examples (aligned by example), with the CI of the mean
-    difference from the same resamples: the studentized bootstrap of the paired differences (rounded,
-    :func:`rounded_differences`, so float noise is no difference). It tests the mean difference that is
-    reported, unlike a signed-rank test (the pseudo-median: skewed differences of equal mean were
-    "significant" 29% of the time at n = 60); p < alpha exactly when the (1 - alpha) CI excludes 0."""
+    """Two-sided test of H0: mean(a - b) = 0 over examples (aligned by example) and the CI of the mean
+    difference, for every paired metric (0/1 accuracy included): significant only when both the sign-flip
+    permutation test (:func:`paired_sign_flip`: exact for symmetric differences, however sparse, tied or
+    heavy-tailed) and the studentized bootstrap of the differences (:func:`_studentized_bootstrap`, at its
+    level for skewed differences of mean 0, which a sign-flip test is not) reject, in the same direction.
+    So its level is at most the smaller of theirs wherever either holds: p = the larger of the two
+    p-values; CI = the hull of the two intervals, each the inversion of its own test, so the CI excludes 0
+    exactly when p < 1 - confidence. Constant differences: the sign-flip test alone (exact; zero-width
+    CI). Bounds stay within the differences' range (and 0, where the test does not reject)."""
+    flip = paired_sign_flip(a, b, config, stream=stream)
     d = _finite(rounded_differences(a, b))
-    if len(d) == 0:
+    if flip.p_value is None or np.ptp(d) == 0:
+        return flip
+    boot = _studentized_bootstrap(d, config, 0.0, "two-sided", stream)
+    level = 1.0 - config.confidence
+    low, high = min(flip.low, boot.low), max(flip.high, boot.high)
+    rejected = flip.p_value < level and boot.p_value is not None and boot.p_value < level
+    floor, ceiling = float(d.min()), float(d.max())  # the mean difference cannot lie beyond them
+    if not rejected:
+        floor, ceiling = min(floor, 0.0), max(ceiling, 0.0)
+    low, high = min(max(low, floor), ceiling), max(min(high, ceiling), floor)
+    p = max(flip.p_value, boot.p_value if boot.p_value is not None else 1.0)
+    return MeanInference(flip.estimate, low, high, p, PAIRED_TEST)
+
+
+def paired_sign_flip(a: np.ndarray, b: np.ndarray, config: StatsConfig, *, stream: int = 0) -> MeanInference:
+    """Two-sided sign-flip permutation test of H0: mean(a - b) = 0 over examples (aligned by example), and
+    the CI of the mean difference by inverting the same test: one procedure for every paired metric,
+    0/1 outcomes included (on paired 0/1 values it is McNemar's test: only discordant examples move).
+
+    Under H0, a and b are exchangeable within an example, so each difference is as likely negated: the
+    reference distribution is the mean difference under random sign vectors (all 2^n of them for n <=
+    ``SIGN_FLIP_EXACT_N``, else ``config.n_resamples`` drawn, seeded, with the (1 + count) / (B + 1) p).
+    Exact at any n for steps, ties, sparse and heavy-tailed differences (studentizing changes nothing:
+    a sign flip keeps the sum of squares, so |t| orders the vectors as |mean| does). The CI is every shift
+    delta whose test of mean = delta does not reject at 1 - confidence, searched within the data's range;
+    0 is one of the points tried, so the CI excludes 0 exactly when p < 1 - confidence. Constant
+    differences get a zero-width CI and the exact p of n equal signs (2 / 2^n; no rejection at n < 6).
+    Differences are rounded first (:func:`rounded_differences`) so float noise is no difference."""
+    d = _finite(rounded_differences(a, b))
+    n = len(d)
+    if n == 0:
         return MeanInference(float("nan"), float("nan"), float("nan"), None, "none")
-    mean = float(d.mean())
-    if len(d) < 2 or np.ptp(d) == 0:
-        p = None if len(d) < 2 else (1.0 if mean == 0 else 2.0 / (config.n_resamples + 1))
-        return MeanInference(mean, mean, mean, p, "constant")
-    return _studentized_bootstrap(d, config, 0.0, "two-sided", stream)
+    mean = float(d[0]) if np.ptp(d) == 0 else float(d.mean())  # (a mean of copies may differ by 1 ulp)
+    if n < 2:
+        return MeanInference(mean, mean, mean, None, "none")
+    flipped_sums, flipped_counts, exact = _sign_flip_sums(d, config, stream)
+    total, scale = float(d.sum()), float(np.abs(d).sum()) + 1e-300
+
+    def p_at(delta: float) -> float:
+        observed = abs(total - n * delta)
+        moved = np.abs(flipped_sums - delta * flipped_counts)
+        count = int(np.sum(moved >= observed - 1e-9 * (scale + n * abs(delta))))
+        return count / len(moved) if exact else (1 + count) / (len(moved) + 1)
+
+    level = 1.0 - config.confidence
+    low = _accepted_bound(p_at, level, mean, float(d.min()))
+    high = _accepted_bound(p_at, level, mean, float(d.max()))
+    method = "constant" if np.ptp(d) == 0 else SIGN_FLIP_TEST
+    return MeanInference(mean, low, high, min(1.0, p_at(0.0)), method)
+
+
+def _sign_flip_sums(d: np.ndarray, config: StatsConfig, stream: int) -> tuple[np.ndarray, np.ndarray, bool]:
+    """Per sign vector s: (s · d, s · 1), over all 2^n vectors (exact) or config.n_resamples seeded draws."""
+    n = len(d)
+    if n <= SIGN_FLIP_EXACT_N:
+        signs = ((np.arange(2**n)[:, None] >> np.arange(n)) & 1) * 2.0 - 1.0  # (2^n, n)
+        return signs @ d, signs.sum(axis=1), True
+    rng = np.random.default_rng([config.seed, stream])
+    sums = np.empty(config.n_resamples)
+    counts = np.empty(config.n_resamples)
+    for start in range(0, config.n_resamples, BOOTSTRAP_CHUNK):
+        size = min(BOOTSTRAP_CHUNK, config.n_resamples - start)
+        signs = rng.integers(0, 2, (size, n)) * 2.0 - 1.0
+        sums[start : start + size] = signs @ d
+        counts[start : start + size] = signs.sum(axis=1)
+    return sums, counts, False
+
+
+def _accepted_bound(p_at, level: float, inside: float, edge: float) -> float:
+    """The last shift from ``inside`` (the mean: p = 1) towards ``edge`` (the data's extreme) whose test
+    does not reject at ``level``, by bisection; 0 is tried first where it lies on the way, so the interval
+    contains 0 exactly when the test of 0 does not reject."""
+    if p_at(edge) >= level:
+        return edge
+    outside = edge
+    if min(inside, outside) < 0.0 < max(inside, outside):
+        if p_at(0.0) >= level:
+            inside = 0.0
+        else:
+            outside = 0.0
+    width = abs(edge - inside) + 1e-300
+    for _ in range(200):
+        if abs(outside - inside) <= 1e-12 * width:
+            break
+        middle = (inside + outside) / 2
+        if p_at(middle) >= level:
+            inside = middle
+        else:
+            outside = middle
+    return inside
 
 
 RELATIVE_ROUNDING = 1e-12  # differences this small relative to the values are ties (zero), not signs
@@ -187,6 +261,18 @@ def rounded_differences(a: np.ndarray, b: np.ndarray | float = 0.0) -> np.ndarra
     scale = max(float(np.max(np.abs(a), initial=0.0)), float(np.max(np.abs(b), initial=0.0)), 1e-300)
     step = scale * RELATIVE_ROUNDING
     return np.round(d / step) * step
+
+
+def comparison_significant(
+    sequential: bool, p_adjusted: float | None, low: float | None, high: float | None, alpha: float
+) -> bool:
+    """One rule for a paired comparison, wherever it is read (``checkpoint_changes``, ``rank_reversals``):
+    a fixed-n test is significant when its BH-adjusted p is below ``alpha``; a sequential one
+    (``--until-separated``, no p-value) when its anytime-valid sequence, built at the family's share of
+    alpha (Bonferroni over the run's comparisons and followed metrics), excludes 0."""
+    if sequential:
+        return low is not None and high is not None and (low > 0 or high < 0)
+    return p_adjusted is not None and p_adjusted < alpha
 
 
 def mcnemar_p(flips_a: np.ndarray, flips_b: np.ndarray) -> float:

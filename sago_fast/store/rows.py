@@ -380,5 +380,5 @@ def comparison_sequence_columns(
         "sign": [b.sign for b in bounds],
         "settled": [b.settled(precision) for b in bounds],
         "precision": [precision] * n,
-        "alpha": [settings.alpha] * n,
+        "alpha": [b.alpha for b in bounds],
     }

@@ -81,8 +81,12 @@ def test_the_bounds_depend_on_the_paired_prefix_only_not_on_the_interleaving():
         second.add("uA", chunks(a, start, stop))
     assert first.final() == second.final()
     (bounds,) = first.final()
+    from sago_fast.axes.catalogue import sequential_metrics
+
+    # the run's alpha split over its comparisons and the metric groups they follow (Bonferroni)
+    assert bounds.alpha == pytest.approx(0.05 / (len(first.comparisons) * len(sequential_metrics())))
     scale = Scale(-1.0, 1.0)
-    direct = BettingSequence(tuning=Tuning(scale.width_to_unit(0.1), N))
+    direct = BettingSequence(bounds.alpha, tuning=Tuning(scale.width_to_unit(0.1), N))
     direct.extend(scale.to_unit(paired_differences(ORDER[:200], a, b)))
     assert (bounds.lower, bounds.upper) == pytest.approx(tuple(map(scale.from_unit, direct.bounds())))
 

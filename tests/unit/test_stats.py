@@ -12,7 +12,6 @@ from sago_fast.stats import StatsConfig, compute_stats
 from sago_fast.stats.data import RunData
 from sago_fast.stats.methods import (
     bh_adjust,
-    bootstrap_ci,
     correlation_permutation_p,
     kendall_tau_b_rows,
     kendall_w,
@@ -20,6 +19,7 @@ from sago_fast.stats.methods import (
     mean_inference,
     nemenyi_cd,
     paired_mean_difference,
+    paired_sign_flip,
     partial_spearman,
     rounded_differences,
 )
@@ -30,22 +30,54 @@ FAST = StatsConfig(n_resamples=300, seed=0)
 # --- building blocks ----------------------------------------------------------------------------------
 
 
-def test_bootstrap_ci_is_scipy_percentile_bootstrap_and_seeded():
-    x = np.random.default_rng(1).normal(0.3, 1.0, 50)
-    config = StatsConfig(n_resamples=2000, seed=7)
-    low, high = bootstrap_ci(x, config, stream=3)
-    ref = stats.bootstrap(
-        (x,), np.mean, n_resamples=2000, method="percentile", rng=np.random.default_rng([7, 3])
-    ).confidence_interval
-    assert (low, high) == pytest.approx((ref.low, ref.high))
-    assert bootstrap_ci(x, config, stream=3) == (low, high)  # same seed, same interval
-    assert bootstrap_ci(x, config, stream=4) != (low, high)
-    # close to the normal-theory interval on normal data
-    half = 1.96 * x.std(ddof=1) / math.sqrt(len(x))
-    assert low == pytest.approx(x.mean() - half, abs=0.06) and high == pytest.approx(
-        x.mean() + half, abs=0.06
-    )
-    assert bootstrap_ci(np.full(5, 0.2), config) == (0.2, 0.2)
+def test_the_sign_flip_test_by_hand_and_as_mcnemar():
+    """n <= 12: every sign vector enumerated. By hand: d = (1, 2, -0.5) has 8 sign vectors whose |sum| is
+    3.5, 2.5, 1.5, 0.5, 0.5, 1.5, 2.5, 3.5: p(|sum| >= 2.5) = 4/8. On 0/1 outcomes it is McNemar's exact test."""
+    got = paired_sign_flip(np.array([1.0, 2.0, -0.5]), np.zeros(3), FAST)
+    assert got.p_value == pytest.approx(0.5) and got.low <= got.estimate <= got.high
+    a = np.array([1, 1, 1, 1, 1, 0, 1, 0, 0, 1, 1, 0], dtype=float)
+    b = np.array([0, 0, 0, 0, 0, 1, 1, 0, 0, 1, 0, 0], dtype=float)
+    assert paired_sign_flip(a, b, FAST).p_value == pytest.approx(mcnemar_p(a > 0, b > 0))
+
+
+def test_three_nonzero_differences_of_one_sign_are_not_significant():
+    """The exact sign-flip p of three equal-signed differences is 2/8 = 0.25, zeros aside (it was 24% of
+    rejections under the bootstrap)."""
+    d = np.zeros(20)
+    d[[2, 9, 15]] = [0.5, 1.0, 0.5]
+    got = paired_mean_difference(d, np.zeros(20), StatsConfig(n_resamples=4000, seed=3))
+    assert got.p_value == pytest.approx(0.25, abs=0.03) and got.low <= 0.0 <= got.high
+
+
+@pytest.mark.parametrize("n", [2, 5, 6, 20])
+def test_constant_differences_get_the_exact_answer(n):
+    """0.9 - 0.4 on every example (0.5000000000004 in floats): a zero-width CI and the exact p of n equal
+    signs (2 / 2^n: no rejection below n = 6), never a bound near 1e15."""
+    got = paired_mean_difference(np.full(n, 0.9), np.full(n, 0.4), FAST)
+    assert got.low == got.high == pytest.approx(0.5) and got.method == "constant"
+    assert got.p_value == pytest.approx(max(2 / 2**n, 1 / (FAST.n_resamples + 1)), rel=1e-9, abs=0)
+    assert (got.p_value < 0.05) == (n >= 6)
+
+
+def test_a_step_on_most_examples_is_found_with_a_finite_interval():
+    """a = b + 0.5 on 90% of 20 examples, b in {0, 0.4}: the bootstrap used to give bounds near 1e14 in
+    62-77% of runs (resamples of one repeated, inexactly represented value had a spread of 1e-16)."""
+    rng = np.random.default_rng(5)
+    for i in range(50):
+        b = rng.choice([0.0, 0.4], 20)
+        a = b + np.where(rng.random(20) < 0.9, 0.5, 0.0)
+        got = paired_mean_difference(a, b, FAST, stream=i)
+        assert 0.0 < got.low <= got.estimate <= got.high <= 0.5 + 1e-9 and got.p_value < 0.05
+        one = mean_inference(a - b, FAST, reference=0.1, alternative="greater", stream=i)
+        assert one.p_value < 0.05 and abs(one.high) < 1.0  # the one-sample test: always rejects
+
+
+def test_too_few_resamples_for_the_level_are_refused():
+    from sago_fast.errors import InputError
+
+    with pytest.raises(InputError, match="at least 199"):
+        StatsConfig(n_resamples=100, confidence=0.99)
+    StatsConfig(n_resamples=199, confidence=0.99)
 
 
 def test_mean_inference_on_0_1_values_is_the_exact_binomial_test_and_interval():
