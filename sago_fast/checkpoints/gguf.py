@@ -255,7 +255,7 @@ def _convert(source: Path, info: GGUFInfo, out: Path) -> None:
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()
-    from sago_fast.runtime.progress import progress_line
+    from sago_fast.console import progress_line
 
     progress_line(None, f"converting {source.name} once (dequantised to float32; cached in {out.parent})")
     try:

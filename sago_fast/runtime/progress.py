@@ -9,6 +9,8 @@ from __future__ import annotations
 import time
 from typing import Any, Protocol
 
+from sago_fast.console import progress_line
+
 
 class PassProgress(Protocol):
     def start(self, stage: str, total: int, unit: str) -> None:
@@ -113,13 +115,6 @@ class LinePasses:
 
     def close(self) -> None:
         return None
-
-
-def progress_line(file: Any, text: str) -> None:
-    """One progress line, ``sago: text``, on ``file`` (default stderr), flushed at once."""
-    import sys
-
-    print(f"sago: {text}", file=file if file is not None else sys.stderr, flush=True)
 
 
 def on_terminal() -> bool:
