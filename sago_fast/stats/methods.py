@@ -52,8 +52,9 @@ def mean_inference(
     ``greater``) or mean >= reference (``less``). A test of the mean, the figure that is reported: unlike
     a signed-rank test (pseudo-median), it respects the reference on discrete and skewed values.
 
-    Fewer than two examples give no p-value; constant values a zero-width CI and p = 1 unless the value
-    lies beyond the reference, then the smallest p the resampling can give."""
+    Fewer than two examples give no p-value; constant values the exact one-sided sign-flip p of n equal
+    signs (0.5^n) when the value lies beyond the reference, else p = 1, and a zero-width CI, widened to
+    reach the reference while that p does not reject (n < 6 at 95%): the CI agrees with the test."""
     x = _finite(values)
     if len(x) == 0:
         return MeanInference(float("nan"), float("nan"), float("nan"), None, "none")
@@ -61,11 +62,13 @@ def mean_inference(
     if is_binary(x) and len(x) >= 2:
         return _binomial_inference(x, config, reference, alternative)
     if len(x) < 2 or np.ptp(x) == 0:
-        p = None
+        p, low, high = None, mean, mean
         if reference is not None and len(x) >= 2:
             beyond = mean > reference if alternative == "greater" else mean < reference
             p = 0.5 ** len(x) if beyond else 1.0  # the exact one-sided sign-flip p of n equal signs
-        return MeanInference(mean, mean, mean, p, "constant")
+            if beyond and p >= (1.0 - config.confidence) / 2:  # too few equal values to reject: nor does the CI
+                low, high = min(mean, reference), max(mean, reference)
+        return MeanInference(mean, low, high, p, "constant")
     return _studentized_bootstrap(x, config, reference, alternative, stream)
 
 
@@ -153,8 +156,8 @@ def paired_mean_difference(
     level for skewed differences of mean 0, which a sign-flip test is not) reject, in the same direction.
     So its level is at most the smaller of theirs wherever either holds: p = the larger of the two
     p-values; CI = the hull of the two intervals, each the inversion of its own test, so the CI excludes 0
-    exactly when p < 1 - confidence. Constant differences: the sign-flip test alone (exact; zero-width
-    CI). Bounds stay within the differences' range (and 0, where the test does not reject)."""
+    exactly when p < 1 - confidence. Constant differences: the sign-flip test alone (exact; a zero-width
+    CI once it rejects). Bounds stay within the differences' range (and 0, where the test does not reject)."""
     flip = paired_sign_flip(a, b, config, stream=stream)
     d = _finite(rounded_differences(a, b))
     if flip.p_value is None or np.ptp(d) == 0:
@@ -181,9 +184,10 @@ def paired_sign_flip(a: np.ndarray, b: np.ndarray, config: StatsConfig, *, strea
     ``SIGN_FLIP_EXACT_N``, else ``config.n_resamples`` drawn, seeded, with the (1 + count) / (B + 1) p).
     Exact at any n for steps, ties, sparse and heavy-tailed differences (studentizing changes nothing:
     a sign flip keeps the sum of squares, so |t| orders the vectors as |mean| does). The CI is every shift
-    delta whose test of mean = delta does not reject at 1 - confidence, searched within the data's range;
-    0 is one of the points tried, so the CI excludes 0 exactly when p < 1 - confidence. Constant
-    differences get a zero-width CI and the exact p of n equal signs (2 / 2^n; no rejection at n < 6).
+    delta whose test of mean = delta does not reject at 1 - confidence, searched within the hull of the
+    data's range and 0; 0 is one of the points tried, so the CI excludes 0 exactly when p < 1 - confidence.
+    Constant differences get the exact p of n equal signs (2 / 2^n) and a zero-width CI once that rejects
+    (n >= 6 at 95%); below, the CI reaches 0.
     Differences are rounded first (:func:`rounded_differences`) so float noise is no difference."""
     d = _finite(rounded_differences(a, b))
     n = len(d)
@@ -202,10 +206,19 @@ def paired_sign_flip(a: np.ndarray, b: np.ndarray, config: StatsConfig, *, strea
         return count / len(moved) if exact else (1 + count) / (len(moved) + 1)
 
     level = 1.0 - config.confidence
-    low = _accepted_bound(p_at, level, mean, float(d.min()))
-    high = _accepted_bound(p_at, level, mean, float(d.max()))
-    method = "constant" if np.ptp(d) == 0 else SIGN_FLIP_TEST
-    return MeanInference(mean, low, high, min(1.0, p_at(0.0)), method)
+    # searched within the differences' range and 0: with few examples of one sign, 0 is not rejected
+    low = _accepted_bound(p_at, level, mean, min(float(d.min()), 0.0))
+    high = _accepted_bound(p_at, level, mean, max(float(d.max()), 0.0))
+    p = min(1.0, p_at(0.0))
+    if np.ptp(d) == 0:  # every shift but the value itself moves all n signs together
+        return MeanInference(
+            mean,
+            min(mean, 0.0) if p >= level else mean,
+            max(mean, 0.0) if p >= level else mean,
+            p,
+            "constant",
+        )
+    return MeanInference(mean, low, high, p, SIGN_FLIP_TEST)
 
 
 def _sign_flip_sums(d: np.ndarray, config: StatsConfig, stream: int) -> tuple[np.ndarray, np.ndarray, bool]:

@@ -51,12 +51,26 @@ def test_three_nonzero_differences_of_one_sign_are_not_significant():
 
 @pytest.mark.parametrize("n", [2, 5, 6, 20])
 def test_constant_differences_get_the_exact_answer(n):
-    """0.9 - 0.4 on every example (0.5000000000004 in floats): a zero-width CI and the exact p of n equal
-    signs (2 / 2^n: no rejection below n = 6), never a bound near 1e15."""
+    """0.9 - 0.4 on every example (0.5000000000004 in floats): the exact p of n equal signs (2 / 2^n: no
+    rejection below n = 6), never a bound near 1e15; a zero-width CI once that rejects, else one reaching
+    0 (the CI agrees with the test: it was zero-width at n = 5 while p = 1/16)."""
     got = paired_mean_difference(np.full(n, 0.9), np.full(n, 0.4), FAST)
-    assert got.low == got.high == pytest.approx(0.5) and got.method == "constant"
+    assert got.high == pytest.approx(0.5) and got.method == "constant"
     assert got.p_value == pytest.approx(max(2 / 2**n, 1 / (FAST.n_resamples + 1)), rel=1e-9, abs=0)
     assert (got.p_value < 0.05) == (n >= 6)
+    assert got.low == (pytest.approx(0.5) if n >= 6 else 0.0)
+
+
+@pytest.mark.parametrize("n", [2, 5, 6, 20])
+def test_a_constant_value_against_a_fixed_null_agrees_with_its_interval(n):
+    """1/3 on every example against a tolerance of 0.05 (a CI run's knn_instability over 5 examples): the
+    one-sided p of n equal signs is 0.5^n, below 0.025 from n = 6; until then the CI reaches the null."""
+    got = mean_inference(np.full(n, 1 / 3), FAST, reference=0.05, alternative="greater")
+    assert got.p_value == pytest.approx(0.5**n) and got.method == "constant"
+    assert (got.low > 0.05) == (got.p_value < 0.025) == (n >= 6)
+    assert got.high == pytest.approx(1 / 3)
+    below = mean_inference(np.full(n, 0.01), FAST, reference=0.05, alternative="greater")
+    assert below.p_value == 1.0 and below.low == below.high == pytest.approx(0.01)
 
 
 def test_a_step_on_most_examples_is_found_with_a_finite_interval():
