@@ -89,9 +89,9 @@ def tokens_through_model(folder: Path, data: Path, cache: Path) -> tuple[float, 
     """(tokens through the model per output, prompt tokens per output) of the run's answering, in this
     process: every variant (shared prefixes, option blocks) and the canonical replicates, one at a time."""
     import sago_fast
+    from sago_fast.run.chunk import answer_alone, answer_variants
     from sago_fast.run.config import RunConfig
-    from sago_fast.run.evaluate import answer_alone, answer_variants
-    from sago_fast.run.units import plan_run
+    from sago_fast.run.plan import plan_run
 
     config = RunConfig(
         models=(str(folder),),

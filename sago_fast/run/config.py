@@ -11,7 +11,7 @@ from sago_fast import defaults
 from sago_fast.datasets.readers import FieldMap
 from sago_fast.errors import InputError
 from sago_fast.run.sequential import SequentialSettings
-from sago_fast.run.stream import StreamSettings
+from sago_fast.run.stream_settings import StreamSettings
 from sago_fast.runtime.answering import AnswerSettings
 from sago_fast.runtime.generate import GenerationSettings
 from sago_fast.runtime.options import DEFAULT_ANSWER_MODE, check_answer_mode

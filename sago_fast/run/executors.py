@@ -1,4 +1,5 @@
-"""Executors turn checkpoint groups of units into outcomes: in this process, or as Ray tasks.
+"""Executors turn checkpoint groups of units into outcomes: in this process, or as Ray tasks (the
+lockstep scheduler of ``--until-separated``, :mod:`sago_fast.run.lockstep`, is chosen by the pipeline).
 
 Ray (optional extra ``sago_fast[ray]``): one task per checkpoint (the model is exported and loaded once
 and its session reused for all its datasets), one GPU per task on CUDA (so one ORT session per GPU) or
@@ -16,10 +17,10 @@ from typing import Any
 
 from sago_fast.errors import InputError
 from sago_fast.registry import Registry
+from sago_fast.run.checkpoint import ChunkOutcome, UnitOutcome, evaluate_checkpoint
 from sago_fast.run.config import RunConfig
+from sago_fast.run.plan import Plan, Unit
 from sago_fast.run.progress import RunProgress
-from sago_fast.run.units import Plan, Unit
-from sago_fast.run.worker import ChunkOutcome, UnitOutcome, evaluate_checkpoint
 from sago_fast.store.store import ChunksDone
 
 Outcome = ChunkOutcome | UnitOutcome
@@ -44,28 +45,17 @@ def local_outcomes(
     progress: RunProgress | None = None,
     resume: Mapping[str, ChunksDone] | None = None,
 ) -> Iterator[Outcome]:
-    if config.until_separated:  # the compared models advance together
-        from sago_fast.run.lockstep import lockstep_outcomes
-
-        yield from lockstep_outcomes(plan, units, config, progress, resume)
-        return
+    """One checkpoint after the other, in run order, in this process."""
     for checkpoint, group in plan.by_checkpoint(units):
         yield from evaluate_checkpoint(
-            checkpoint,
-            group,
-            plan.datasets,
-            plan.variants,
-            config,
-            plan.run_id,
-            progress=progress,
-            resume=resume,
+            checkpoint, group, plan.datasets, plan.variants, config, progress=progress, resume=resume
         )
 
 
-def _ray_task(checkpoint, units, datasets, variants, config, run_id, threads, resume) -> Iterator[Outcome]:
+def _ray_task(checkpoint, units, datasets, variants, config, threads, resume) -> Iterator[Outcome]:
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     yield from evaluate_checkpoint(
-        checkpoint, units, datasets, variants, config, run_id, session_threads=threads, resume=resume
+        checkpoint, units, datasets, variants, config, session_threads=threads, resume=resume
     )
 
 
@@ -97,9 +87,7 @@ def ray_outcomes(
             datasets, variants = _subset(plan, group)
             mine = {u.unit_id: (resume or {})[u.unit_id] for u in group if u.unit_id in (resume or {})}
             streams.append(
-                task.remote(
-                    checkpoint, group, datasets, variants, config, plan.run_id, max(1, int(cpus)), mine
-                )
+                task.remote(checkpoint, group, datasets, variants, config, max(1, int(cpus)), mine)
             )
         while streams:
             ready, _ = ray.wait(streams, num_returns=1)

@@ -1,6 +1,6 @@
 """The models of a run in lockstep, for ``--until-separated`` (this process only).
 
-Every checkpoint is a stream of outcomes (:func:`~sago_fast.run.worker.evaluate_checkpoint`: its model
+Every checkpoint is a stream of outcomes (:func:`~sago_fast.run.checkpoint.evaluate_checkpoint`: its model
 loaded once, its datasets in run order). The scheduler always advances the stream that is furthest
 behind: the one on the earliest dataset with the fewest examples committed in it (ties: run order), one
 chunk at a time. Every chunk's values go to the :class:`~sago_fast.run.separation.SeparationMonitor`
@@ -15,13 +15,14 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from sago_fast.errors import InputError
+from sago_fast.run.checkpoint import ChunkOutcome, UnitOutcome, evaluate_checkpoint
 from sago_fast.run.config import RunConfig
+from sago_fast.run.driver import NOTHING_DONE
+from sago_fast.run.plan import Plan, Unit
 from sago_fast.run.progress import RunProgress
 from sago_fast.run.separation import SeparationMonitor, Side
-from sago_fast.run.sequential import ACCURACY, decode_values, visiting_order, within_budget
-from sago_fast.run.units import Plan, Unit
-from sago_fast.run.worker import NOTHING_DONE, ChunkOutcome, UnitOutcome, evaluate_checkpoint
-from sago_fast.store import rows as build
+from sago_fast.run.sequential import ACCURACY, visited_variants
+from sago_fast.store.rows import decode_values
 from sago_fast.store.store import ChunksDone
 
 log = logging.getLogger(__name__)
@@ -55,9 +56,7 @@ def comparison_monitor(plan: Plan, config: RunConfig) -> SeparationMonitor:
 
 
 def _visited_ids(variants: Sequence, config: RunConfig) -> list[str]:
-    settings = config.sequential
-    ordered = within_budget(visiting_order(variants, settings.seed), settings.budget)
-    return list(dict.fromkeys(v.example_id for v in ordered))
+    return list(dict.fromkeys(v.example_id for v in visited_variants(variants, config.sequential)))
 
 
 def lockstep_outcomes(
@@ -91,7 +90,6 @@ def lockstep_outcomes(
             plan.datasets,
             plan.variants,
             config,
-            plan.run_id,
             progress=progress,
             resume=resume,
             stop_rule=monitor.stop_reason,
@@ -102,7 +100,7 @@ def lockstep_outcomes(
         outcome = next(stream.outcomes)  # one outcome per chunk and per unit: never past its last unit
         if isinstance(outcome, ChunkOutcome):
             stream.examples += outcome.n_examples
-            grown = monitor.add(outcome.unit_id, outcome.sequence_values or {})
+            grown = monitor.add(outcome.unit_id, outcome.records.followed or {})
             for bounds in grown:
                 if bounds.metric == ACCURACY:
                     log.info(
@@ -114,12 +112,9 @@ def lockstep_outcomes(
                         bounds.upper,
                     )
             if grown:
-                columns = build.comparison_sequence_columns(
-                    plan.run_id, outcome.unit_id, outcome.chunk, grown, config.sequential
-                )
-                outcome = replace(outcome, rows={**outcome.rows, "comparison_sequences": columns})
+                outcome = replace(outcome, comparisons=tuple(grown))
         else:
-            if outcome.rows is None:
+            if outcome.end is None:
                 monitor.drop(outcome.unit_id)
             stream.position += 1
             if stream.position < len(stream.units):

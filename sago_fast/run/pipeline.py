@@ -6,22 +6,28 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
 
+from sago_fast.axes import DATASET_SCORERS
+from sago_fast.axes.levels import unpack_partials
 from sago_fast.errors import DiskFullError, Interrupted, SagoError
+from sago_fast.run.checkpoint import ChunkOutcome, UnitOutcome
+from sago_fast.run.chunk import finish_unit
 from sago_fast.run.config import RunConfig
 from sago_fast.run.executors import EXECUTORS
+from sago_fast.run.plan import Plan, Unit, parse_shard, plan_run
 from sago_fast.run.progress import RunProgress
 from sago_fast.run.sinks import DuckDBSink, ParquetShardSink, Sink
-from sago_fast.run.units import Unit, parse_shard, plan_run
-from sago_fast.run.worker import ChunkOutcome, UnitOutcome, finish_rows
 from sago_fast.runinfo import run_row
 from sago_fast.runtime.light import start_without_torch_if_exported
 from sago_fast.store import Store
+from sago_fast.store import rows as build
+from sago_fast.store.store import ChunksDone
+from sago_fast.types import Dataset
 
 log = logging.getLogger(__name__)
 
@@ -126,28 +132,36 @@ def run(
                 len(done.example_ids),
             )
         examples_done = {unit_id: len(done.example_ids) for unit_id, done in resume.items()}
-        outcomes = EXECUTORS.get(config.executor)(plan, todo, config, shown, resume)
-        for outcome in outcomes:
-            where = f"{outcome.checkpoint} × {plan.datasets[outcome.dataset_id].name}"
+        for outcome in _outcomes(plan, todo, config, shown, resume):
+            data = plan.datasets[outcome.dataset_id]
+            where = f"{outcome.checkpoint} × {data.name}"
             if isinstance(outcome, ChunkOutcome):
-                write = partial(sink.write_chunk, plan.run_id, outcome.unit_id, outcome.chunk, outcome.rows)
-                _write(sink, where, write)
+                chunk = outcome.records
+                rows = build.chunk_rows(
+                    plan.run_id,
+                    outcome.unit_id,
+                    data,
+                    outcome.model,
+                    chunk,
+                    config.sequential,
+                    outcome.comparisons,
+                )
+                _write(
+                    sink, where, partial(sink.write_chunk, plan.run_id, outcome.unit_id, chunk.index, rows)
+                )
                 examples_done[outcome.unit_id] = examples_done.get(outcome.unit_id, 0) + outcome.n_examples
                 total = len(plan.datasets[outcome.dataset_id].examples)
                 total = min(total, config.budget) if config.budget is not None else total  # at most
                 shown.examples(where, examples_done[outcome.unit_id], total, outcome.unit_id)
                 continue
-            if outcome.rows is None:
+            if outcome.end is None:
                 failed.append((where, outcome.error or "unknown error"))
                 log.error("unit %s failed: %s", where, outcome.error)
             else:
-                unit = by_id[outcome.unit_id]
-                results.append(_finish(sink, plan.run_id, unit, outcome, where))
-                provider = outcome.provider or provider
+                results.append(_finish(sink, plan.run_id, by_id[outcome.unit_id], data, outcome, where))
+                provider = outcome.end.model.provider or provider
                 log.info("unit %s done in %.1fs", where, outcome.seconds)
-            shown.unit_finished(
-                where, outcome.error if outcome.rows is None else None, outcome.seconds, outcome.unit_id
-            )
+            shown.unit_finished(where, outcome.error, outcome.seconds, outcome.unit_id)
     except KeyboardInterrupt:
         # wherever Ctrl-C lands (a unit, a write, between units): one line saying what is kept
         interrupted = True
@@ -251,17 +265,41 @@ def _has_stats(db: Any, run_id: str) -> bool:
         return store.has_stats(run_id)
 
 
-def _finish(sink: Sink, run_id: str, unit: Unit, outcome: UnitOutcome, where: str) -> UnitResult:
-    """Finish a unit whose chunks are all committed: the dataset scorers' rows and the done mark."""
+def _outcomes(
+    plan: Plan,
+    units: list[Unit],
+    config: RunConfig,
+    progress: RunProgress,
+    resume: dict[str, ChunksDone],
+) -> Iterator[ChunkOutcome | UnitOutcome]:
+    """The units' outcomes: the compared models in lockstep (``--until-separated``), else the executor's."""
+    if config.until_separated:
+        from sago_fast.run.lockstep import lockstep_outcomes
+
+        return lockstep_outcomes(plan, units, config, progress, resume)
+    return EXECUTORS.get(config.executor)(plan, units, config, progress, resume)
+
+
+def _finish(
+    sink: Sink, run_id: str, unit: Unit, data: Dataset, outcome: UnitOutcome, where: str
+) -> UnitResult:
+    """Finish a unit whose chunks are all committed: the dataset scorers' rows from the committed chunks'
+    partial states, and the done mark."""
+    end = outcome.end
+    assert end is not None
     chunks = sink.chunks_done(run_id, unit.unit_id)
-    rows = finish_rows(run_id, unit, outcome, chunks, sink.chunk_states(run_id, unit.unit_id))
+    names = DATASET_SCORERS.names()
+    partials = [unpack_partials(state, names) for state in sink.chunk_states(run_id, unit.unit_id)]
+    rows = build.finish_rows(
+        run_id, unit.unit_id, unit.shard, data, end, finish_unit(end.context, partials), chunks
+    )
     _write(sink, where, partial(sink.write, run_id, unit.unit_id, rows))
     return UnitResult(
-        outcome.model_id,
+        end.model.model_id,
         outcome.checkpoint,
         outcome.dataset_id,
-        outcome.n_examples,
-        outcome.n_variants,
+        end.n_examples,
+        end.n_variants,
         float(rows["units"]["accuracy"][0]),
         outcome.seconds,
     )

@@ -27,20 +27,18 @@ from itertools import pairwise
 
 import numpy as np
 
-from sago_fast.axes.catalogue import metric as metric_spec
 from sago_fast.axes.catalogue import sequential_metrics
 from sago_fast.run.sequential import (
     ACCURACY,
+    SEPARATED,
     ChunkValues,
     MetricBounds,
     SequentialSettings,
     SequentialTracker,
     followed_metrics,
+    metric_sequence,
     own_precision,
 )
-from sago_fast.stats.sequential import BettingSequence, Scale, Tuning
-
-SEPARATED = "separated"
 
 
 def family_alpha(alpha: float, n_comparisons: int) -> float:
@@ -181,12 +179,9 @@ class SeparationMonitor:
         return True
 
     def _bounds(self, comparison: Comparison, name: str, k: int, differences: np.ndarray) -> PairBounds:
-        bounds = metric_spec(name).bounds
-        assert bounds is not None, f"{name}: only bounded metrics are followed (followed_metrics)"
-        low, high = bounds
-        scale = Scale(-(high - low), high - low)
-        tuning = Tuning(scale.width_to_unit(self.precision), len(comparison.order))
-        sequence = BettingSequence(self.alpha, tuning)
+        scale, sequence = metric_sequence(
+            name, self.alpha, self.precision, len(comparison.order), paired=True
+        )
         sequence.extend(scale.to_unit(differences))
         lower, upper = sequence.bounds()
         return PairBounds(

@@ -14,20 +14,27 @@ committed chunks again and reaches the same bounds and the same stopping point a
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
 from sago_fast.axes.catalogue import metric as metric_spec
 from sago_fast.axes.catalogue import precision_limit, sequential_metrics
+from sago_fast.axes.records import ItemScore
 from sago_fast.errors import InputError
 from sago_fast.stats.sequential import BettingSequence, Scale, Tuning
+from sago_fast.store.rows import decode_values
 from sago_fast.types import Variant
 
 ACCURACY = "accuracy"
+
+# Why a sequential unit stopped (``units.stop_reason``), every reason in one place.
+PRECISION = "precision"  # every followed metric within the wanted half-width
+SEPARATED = "separated"  # every comparison with a neighbouring model settled (--until-separated)
+BUDGET = "budget"  # the examples allowed by --budget are visited
+EXHAUSTED = "exhausted"  # every example is visited
+STOP_REASONS = (PRECISION, SEPARATED, BUDGET, EXHAUSTED)
 
 
 @dataclass(frozen=True)
@@ -82,6 +89,24 @@ def visiting_order(variants: Sequence[Variant], seed: int) -> list[Variant]:
     return [v for example_id in sorted(by_example, key=rank) for v in by_example[example_id]]
 
 
+def visited_variants(variants: Sequence[Variant], settings: SequentialSettings) -> list[Variant]:
+    """What a sequential unit may visit: the variants in visiting order, within the budget."""
+    return within_budget(visiting_order(variants, settings.seed), settings.budget)
+
+
+def metric_sequence(
+    name: str, alpha: float, precision: float | None, horizon: int, *, paired: bool = False
+) -> tuple[Scale, BettingSequence]:
+    """A confidence sequence for ``name`` on its catalogue bounds (``paired``: a difference of two models,
+    on twice the range, centred on 0), tuned for ``precision`` within ``horizon`` examples."""
+    bounds = metric_spec(name).bounds
+    assert bounds is not None, f"{name} is followed but has no bounds (followed_metrics keeps bounded ones)"
+    low, high = bounds
+    scale = Scale(-(high - low), high - low) if paired else Scale(low, high)
+    tuning = Tuning(scale.width_to_unit(precision) if precision else None, horizon)
+    return scale, BettingSequence(alpha, tuning)
+
+
 def within_budget(variants: Sequence[Variant], budget: int | None) -> list[Variant]:
     """The variants of the first ``budget`` examples (in the order given)."""
     if budget is None:
@@ -111,22 +136,20 @@ ChunkValues = dict[str, dict[str, float]]  # metric -> example id -> value, in t
 
 
 def chunk_values(
-    example_ids: Sequence[str], canonical_correct: Sequence[bool], item_scores: Mapping[str, Sequence[Any]]
+    example_ids: Sequence[str], canonical_correct: Sequence[bool], items: Sequence[ItemScore]
 ) -> ChunkValues:
     """Per followed-capable metric, its per-example values by example id, in the chunk's example order
     (examples without a finite value left out): accuracy from the canonical answers, the rest from the
-    chunk's ``item_scores`` columns at the family the catalogue reads the metric at."""
+    chunk's item scores at the family the catalogue reads the metric at."""
     wanted = {name for group in sequential_metrics() for name in group} - {ACCURACY}
     found: dict[tuple[str, str], float] = {}
-    for example_id, name, family, value in zip(
-        item_scores.get("example_id", []),
-        item_scores.get("metric", []),
-        item_scores.get("family", []),
-        item_scores.get("value", []),
-        strict=True,
-    ):
-        if name in wanted and family == metric_spec(name).family and np.isfinite(value):
-            found[(name, example_id)] = float(value)
+    for score in items:
+        if (
+            score.metric in wanted
+            and score.family == metric_spec(score.metric).family
+            and np.isfinite(score.value)
+        ):
+            found[(score.metric, score.example_id)] = float(score.value)
     values: ChunkValues = {
         ACCURACY: {e: float(c) for e, c in zip(example_ids, canonical_correct, strict=True)}
     }
@@ -163,6 +186,7 @@ class SequentialTracker:
     metrics: tuple[str, ...] = ()
     n_examples: int = 0
     sequences: dict[str, BettingSequence] = field(default_factory=dict)
+    scales: dict[str, Scale] = field(default_factory=dict)
     values: dict[str, list[float]] = field(default_factory=dict)
 
     def add(self, chunk: Mapping[str, Mapping[str, float]]) -> list[MetricBounds]:
@@ -170,22 +194,21 @@ class SequentialTracker:
         if not self.metrics:
             self.metrics = followed_metrics(set(chunk))
             for name in self.metrics:
-                scale = self._scale(name)
-                wanted = self.settings.precision
-                tuning = Tuning(scale.width_to_unit(wanted) if wanted else None, self.horizon)
-                self.sequences[name] = BettingSequence(self.settings.alpha, tuning)
+                self.scales[name], self.sequences[name] = metric_sequence(
+                    name, self.settings.alpha, self.settings.precision, self.horizon
+                )
                 self.values[name] = []
         self.n_examples += len(chunk.get(ACCURACY, ()))
         for name in self.metrics:
             new = list(chunk.get(name, {}).values())
-            self.sequences[name].extend(self._scale(name).to_unit(new))
+            self.sequences[name].extend(self.scales[name].to_unit(new))
             self.values[name] += new
         return self.bounds()
 
     def bounds(self) -> list[MetricBounds]:
         out = []
         for name in self.metrics:
-            scale = self._scale(name)
+            scale = self.scales[name]
             lower, upper = self.sequences[name].bounds()
             seen = self.values[name]
             out.append(
@@ -207,16 +230,14 @@ class SequentialTracker:
             return False
         return all(b.half_width <= wanted for b in self.bounds())
 
-    @staticmethod
-    def _scale(name: str) -> Scale:
-        bounds = metric_spec(name).bounds
-        assert bounds is not None, f"{name} is followed but has no bounds"
-        return Scale(*bounds)
+    def end_reason(self, n_available: int) -> str:
+        """Why the unit ended when no stop rule stopped it: its budget, or its data, ran out."""
+        return BUDGET if self.horizon < n_available else EXHAUSTED
 
 
 def own_precision(unit_id: str, tracker: SequentialTracker) -> str | None:
     """The default stop rule: every followed metric's sequence within the wanted half-width."""
-    return "precision" if tracker.settled else None
+    return PRECISION if tracker.settled else None
 
 
 def start_sequence(
@@ -227,20 +248,8 @@ def start_sequence(
     Not sequential: the variants as given and no tracker."""
     if not settings.active:
         return list(variants), None
-    ordered = within_budget(visiting_order(variants, settings.seed), settings.budget)
+    ordered = visited_variants(variants, settings)
     tracker = SequentialTracker(settings, horizon=len({v.example_id for v in ordered}))
     for text in committed:
         tracker.add(decode_values(text))
     return ordered, tracker
-
-
-def encode_values(values: Mapping[str, Mapping[str, float]]) -> str:
-    """A chunk's followed values as stored in ``unit_chunks.sequence_values``: JSON, metric -> example id
-    -> value (exact floats, the examples in chunk order)."""
-    return json.dumps({k: dict(values[k]) for k in sorted(values)})  # example ids keep their order
-
-
-def decode_values(text: str | None) -> ChunkValues:
-    if not text:
-        return {}
-    return {k: {e: float(x) for e, x in v.items()} for k, v in json.loads(text).items()}

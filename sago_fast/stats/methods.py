@@ -66,7 +66,9 @@ def mean_inference(
         if reference is not None and len(x) >= 2:
             beyond = mean > reference if alternative == "greater" else mean < reference
             p = 0.5 ** len(x) if beyond else 1.0  # the exact one-sided sign-flip p of n equal signs
-            if beyond and p >= (1.0 - config.confidence) / 2:  # too few equal values to reject: nor does the CI
+            if (
+                beyond and p >= (1.0 - config.confidence) / 2
+            ):  # too few equal values to reject: nor does the CI
                 low, high = min(mean, reference), max(mean, reference)
         return MeanInference(mean, low, high, p, "constant")
     return _studentized_bootstrap(x, config, reference, alternative, stream)

@@ -17,7 +17,7 @@ def summary_sql() -> tuple[str, dict[str, Any]]:
     """Per model × dataset: canonical accuracy beside every headline metric, each the mean over examples of
     its ``item_scores`` value: the same number ``model_scores``, the report and ``checkpoint_changes``
     estimate (a layer-wise metric's item value is its mean over layers at mean pooling, see
-    :func:`sago_fast.run.evaluate.layer_item_scores`). Metric names are parameters; column names are
+    :func:`sago_fast.run.chunk.layer_item_scores`). Metric names are parameters; column names are
     catalogue names."""
     params: dict[str, Any] = {}
     item_columns, selected = [], []

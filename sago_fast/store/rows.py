@@ -1,4 +1,5 @@
-"""Row builders: every table's columns, built in one place from what the run produced.
+"""Row builders: the one place where what a run produced (records, :mod:`sago_fast.run.records`) becomes
+table columns.
 
 A builder returns ``{column: values}`` for :meth:`sago_fast.store.Store.insert`; :data:`TableRows` maps
 table names to such columns. Result tables get the unit's identity (run, model, dataset) added by
@@ -8,8 +9,10 @@ table names to such columns. Result tables get the unit's identity (run, model, 
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import fields
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
@@ -19,7 +22,7 @@ from sago_fast.store.schema import RESULT_TABLES
 
 if TYPE_CHECKING:
     from sago_fast.axes.records import ScoredRows
-    from sago_fast.runtime.answering import UnitAnswers
+    from sago_fast.run.records import ChunkRecords, ModelFacts, UnitEnd
     from sago_fast.types import Dataset, Example, Variant
 
 Columns = dict[str, Any]
@@ -62,75 +65,129 @@ def with_identity(rows: TableRows, run_id: str, model_id: str, dataset_id: str) 
     return out
 
 
-# -- what the model answered ---------------------------------------------------------------------------
-def output_columns(
-    tokenizer: Any,
-    examples: Mapping[str, Example],
-    variants: Sequence[Variant],
-    answers: UnitAnswers,
-    replicate: int,
-) -> Columns:
-    """``outputs`` columns of variants answered in one replicate.
+# -- records of a chunk ---------------------------------------------------------------------------------
+def record_columns(records: Sequence[Any]) -> Columns:
+    """Columns of dataclass records (one row each), in field order; no records, no columns."""
+    if not records:
+        return {}
+    names = [f.name for f in fields(records[0])]
+    return {name: [getattr(r, name) for r in records] for name in names}
 
-    Multiple choice fills answer_index, option_logprobs, margin and answer_mode (the primary mode);
-    generation fills generation (the text, cut at the stop string) and takes entropy from the first
-    generated token's distribution."""
-    from sago_fast.axes.confidence import gold_margin
-    from sago_fast.runtime.options import OptionAnswer
 
-    probe = answers.probe
-    n = len(variants)
-    top = probe.next_logprobs.argmax(axis=1)  # (n,)
-    columns: dict[str, list[Any]] = defaultdict(list)
-    for row, (variant, answer) in enumerate(zip(variants, answers.primary, strict=True)):
-        example = examples[variant.example_id]
-        if isinstance(answer, OptionAnswer):
-            columns["answer"].append(example.options[answer.answer_index])
-            columns["answer_index"].append(answer.answer_index)
-            columns["option_logprobs"].append(answer.option_logprobs.tolist())
-            columns["entropy"].append(answer.entropy)
-            columns["margin"].append(
-                float(gold_margin(np.exp(answer.option_logprobs)[None, :], example.answer_index)[0])  # type: ignore[arg-type]
-            )
-            columns["generation"].append(None)
-            columns["answer_mode"].append(answer.mode)
-        else:
-            columns["answer"].append(answer.answer)
-            columns["answer_index"].append(None)
-            columns["option_logprobs"].append(None)
-            logp = probe.next_logprobs[row].astype(np.float64)  # (vocab,): one row at a time
-            columns["entropy"].append(float(-(np.exp(logp) * logp).sum()))
-            columns["margin"].append(None)
-            columns["generation"].append(answer.generation.text)
-            columns["answer_mode"].append(None)
-        columns["correct"].append(answer.correct)
-        columns["p_gold"].append(answer.p_gold)
+def chunk_tables(dataset_id: str, chunk: ChunkRecords) -> TableRows:
+    """A chunk's rows without the unit's identity: its examples and variants, both replicates' outputs
+    and answer modes, and its item and layer scores."""
     return {
-        "example_id": [v.example_id for v in variants],
-        "variant_id": [v.variant_id for v in variants],
-        "replicate": np.full(n, replicate, dtype=np.int32),
-        "n_prompt_tokens": probe.n_tokens.astype(np.int32),
-        **columns,
-        "top_token": [tokenizer.decode([int(t)]) for t in top],
-        "top_logprob": probe.next_logprobs[np.arange(n), top].astype(np.float64),
+        "examples": example_columns(dataset_id, chunk.examples),
+        "variants": variant_columns(dataset_id, chunk.variants),
+        "outputs": record_columns(chunk.outputs),
+        "mode_answers": record_columns(chunk.mode_answers),
+        **scored_columns(chunk.scored),
     }
 
 
-def mode_answer_columns(variants: Sequence[Variant], answers: UnitAnswers, replicate: int) -> Columns:
-    """``mode_answers`` columns: every answer mode's answer of every option variant."""
-    rows: dict[str, list[Any]] = defaultdict(list)
-    for variant, by_mode in zip(variants, answers.by_mode, strict=True):
-        for mode, answer in by_mode.items():
-            rows["example_id"].append(variant.example_id)
-            rows["variant_id"].append(variant.variant_id)
-            rows["replicate"].append(replicate)
-            rows["answer_mode"].append(mode)
-            rows["answer_index"].append(answer.answer_index)
-            rows["correct"].append(answer.correct)
-            rows["p_gold"].append(answer.p_gold)
-            rows["option_scores"].append(answer.option_loglik.tolist())
-            rows["option_logprobs"].append(answer.option_logprobs.tolist())
-    return dict(rows)
+def chunk_rows(
+    run_id: str,
+    unit_id: str,
+    data: Dataset,
+    model: ModelFacts,
+    chunk: ChunkRecords,
+    settings: Any = None,
+    comparisons: Sequence[Any] = (),
+) -> TableRows:
+    """Everything one committed chunk writes, in one transaction: the model, dataset and checkpoint names
+    (keyed: written once), the chunk's tables with the unit's identity, its ``unit_chunks`` row (with the
+    dataset scorers' partial state and a sequential unit's followed values), a sequential unit's
+    confidence sequences after it (``settings``: the run's SequentialSettings) and, under
+    ``--until-separated``, the comparisons it grew (``comparisons``: PairBounds)."""
+    from sago_fast.axes.levels import pack_partials
+
+    rows: TableRows = {
+        **model_rows(run_id, model, data),
+        **with_identity(chunk_tables(data.dataset_id, chunk), run_id, model.model_id, data.dataset_id),
+        "unit_chunks": chunk_columns(
+            run_id,
+            unit_id,
+            model.model_id,
+            data.dataset_id,
+            chunk.index,
+            chunk.example_ids,
+            chunk.n_variants,
+            chunk.n_canonical_correct,
+            chunk.seconds,
+            pack_partials(chunk.partials),
+            None if chunk.followed is None else encode_values(chunk.followed),
+        ),
+    }
+    if chunk.bounds:
+        rows["confidence_sequences"] = sequence_columns(
+            run_id,
+            unit_id,
+            model.model_id,
+            data.dataset_id,
+            chunk.index,
+            chunk.n_visited,
+            chunk.bounds,
+            settings,
+        )
+    if comparisons:
+        rows["comparison_sequences"] = comparison_sequence_columns(
+            run_id, unit_id, chunk.index, comparisons, settings
+        )
+    return rows
+
+
+def finish_rows(
+    run_id: str, unit_id: str, shard: int, data: Dataset, end: UnitEnd, scored: ScoredRows, chunks: Any
+) -> TableRows:
+    """A unit's last rows: its dataset scorers' rows (``scored``, from the committed chunks' partials) and
+    its ``units`` row, the done mark (accuracy and seconds summed over ``chunks``: the committed
+    :class:`~sago_fast.store.store.ChunksDone`; a sequential unit counts the examples it used)."""
+    model = end.model
+    sequential = end.stop_reason is not None
+    n = len(chunks.example_ids) if sequential else end.n_examples
+    rows = {
+        **model_rows(run_id, model, data),
+        **with_identity(scored_columns(scored), run_id, model.model_id, data.dataset_id),
+    }
+    rows["units"] = unit_columns(
+        run_id,
+        unit_id,
+        model.model_id,
+        data.dataset_id,
+        shard=shard,
+        checkpoint=str(model.checkpoint.display_path),
+        n_examples=n,
+        n_variants=chunks.n_variants if sequential else end.n_variants,
+        accuracy=chunks.n_canonical_correct / n if n else float("nan"),
+        seconds=chunks.seconds,
+        provider=model.provider,
+        n_chunks=chunks.n_chunks,
+        stop_reason=end.stop_reason,
+        examples_available=end.n_examples if sequential else None,
+    )
+    return rows
+
+
+def model_rows(run_id: str, model: ModelFacts, data: Dataset) -> TableRows:
+    """The keyed rows every chunk and finish of a unit carries: its model, dataset and checkpoint names."""
+    return {
+        "models": model_columns(model),
+        "datasets": dataset_columns(data),
+        "checkpoint_names": checkpoint_name_columns(run_id, model.model_id, model.aliases),
+    }
+
+
+def encode_values(values: Mapping[str, Mapping[str, float]]) -> str:
+    """A chunk's followed values as stored in ``unit_chunks.sequence_values``: JSON, metric -> example id
+    -> value (exact floats, the examples in chunk order)."""
+    return json.dumps({k: dict(values[k]) for k in sorted(values)})  # example ids keep their order
+
+
+def decode_values(text: str | None) -> dict[str, dict[str, float]]:
+    if not text:
+        return {}
+    return {k: {e: float(x) for e, x in v.items()} for k, v in json.loads(text).items()}
 
 
 # -- what the scorers computed --------------------------------------------------------------------------
@@ -173,16 +230,16 @@ def scored_columns(scored: ScoredRows) -> TableRows:
 
 
 # -- what was evaluated ---------------------------------------------------------------------------------
-def model_columns(model: Any) -> Columns:
+def model_columns(model: ModelFacts) -> Columns:
     """The ``models`` row of a loaded model: its graph (``graph_key``: the cache entry whose graph it runs,
     shared by re-weighted siblings and an adapter's base), source, quantisation, training-run position and
     an adapter's base."""
-    manifest = model.exported.manifest
+    manifest = model.manifest
     checkpoint = model.checkpoint
     position = checkpoint.position
     return {
         "model_id": [model.model_id],
-        "checkpoint": [str(model.checkpoint.display_path)],
+        "checkpoint": [str(checkpoint.display_path)],
         "model_type": [manifest["model_type"]],
         "n_layers": [manifest["n_layers"]],
         "d_model": [manifest["d_model"]],

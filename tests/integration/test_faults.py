@@ -102,7 +102,7 @@ def test_ctrl_c_during_a_run_is_one_line(tmp_path, checkpoints, cache_dir):
 
 def test_ctrl_c_while_a_library_initialises_stops_the_run(tmp_path, checkpoints, cache_dir, monkeypatch):
     """pybind11 wraps a SIGINT during module initialisation into ImportError; the run must still stop."""
-    import sago_fast.run.worker as worker
+    import sago_fast.run.driver as driver
     from sago_fast.errors import Interrupted
 
     def interrupted_import(*args, **kwargs):
@@ -111,7 +111,7 @@ def test_ctrl_c_while_a_library_initialises_stops_the_run(tmp_path, checkpoints,
         except KeyboardInterrupt as exc:
             raise ImportError("initialization failed") from exc
 
-    monkeypatch.setattr(worker, "evaluate_chunks", interrupted_import)
+    monkeypatch.setattr(driver, "evaluate_chunk", interrupted_import)
     with pytest.raises(Interrupted, match="Run the same command again to resume"):
         run(config(tmp_path / "r.duckdb", checkpoints, cache_dir), progress=False)
     with Store(tmp_path / "r.duckdb", read_only=True) as store:

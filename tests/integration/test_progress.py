@@ -6,7 +6,7 @@ import io
 
 import sago_fast
 from sago_fast.datasets.resolve import load_dataset
-from sago_fast.run.evaluate import evaluate_unit
+from sago_fast.run.driver import evaluate_unit
 from sago_fast.runtime.batching import BatchPolicy
 from sago_fast.runtime.progress import TqdmPasses
 from sago_fast.variants import VariantConfig, generate_variants
@@ -84,10 +84,10 @@ def test_lines_instead_of_bars_when_not_on_a_terminal():
 def test_the_run_names_the_unit_in_progress(tmp_path, checkpoints, cache_dir):
     """Lines mode: each unit's start names it before its passes run, and its end says how it went."""
     from sago_fast.run import RunConfig
+    from sago_fast.run.checkpoint import ChunkOutcome
     from sago_fast.run.executors import local_outcomes
+    from sago_fast.run.plan import plan_run
     from sago_fast.run.progress import RunProgress
-    from sago_fast.run.units import plan_run
-    from sago_fast.run.worker import ChunkOutcome
 
     config = RunConfig(
         models=(str(checkpoints["llama"]),),

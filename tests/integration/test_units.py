@@ -15,7 +15,7 @@ import pytest
 from sago_fast.errors import InputError
 from sago_fast.run import RunConfig, run
 from sago_fast.run.merge import merge_shards
-from sago_fast.run.units import expand_models, plan_run
+from sago_fast.run.plan import expand_models, plan_run
 
 TABLES = (
     "runs",

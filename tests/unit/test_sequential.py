@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from sago_fast.axes.records import ItemScore
 from sago_fast.run.sequential import (
     SequentialSettings,
     SequentialTracker,
@@ -154,12 +155,12 @@ def test_tracker_follows_the_first_available_metric_of_each_group_and_stops_on_p
     for chunk in range(8):
         ids = [f"c{chunk}e{i}" for i in range(50)]
         flips = rng.choice([0.0, 0.5, 1.0], size=50, p=[0.8, 0.15, 0.05])
-        items = {
-            "example_id": ids * 2,
-            "metric": ["flip_rate"] * 50 + ["position_mirroring"] * 50,
-            "family": [None] * 50 + ["option_permutation"] * 50,
-            "value": [*flips, *rng.binomial(1, 0.6, 50).astype(float)],
-        }
+        kept = rng.binomial(1, 0.6, 50).astype(float)
+        items = [ItemScore(e, "generation", "flip_rate", None, v) for e, v in zip(ids, flips, strict=True)]
+        items += [
+            ItemScore(e, "mirroring", "position_mirroring", "option_permutation", v)
+            for e, v in zip(ids, kept, strict=True)
+        ]
         values = chunk_values(ids, rng.binomial(1, 0.4, 50).astype(bool), items)
         bounds = tracker.add(values)
         if tracker.settled:

@@ -1,10 +1,11 @@
-"""One unit of work, streamed: one model on one dataset's variants, in chunks of examples.
+"""One chunk of a unit: answer its variants and score them.
 
-For each chunk: answer its variants (one prefill per prompt) and re-run its canonical prompts alone (the
-replicate pass), then run the registered scorers: item scorers per example, layer scorers per activation
-block, and each dataset scorer's ``partial``. The chunk's next-token distributions and hidden states are
-dropped before the next chunk starts, so memory follows the chunk, never the dataset. When every chunk is
-in, :func:`finish_unit` combines the dataset scorers' partials.
+For each chunk (:func:`evaluate_chunk`): answer its variants (one prefill per prompt) and re-run its
+canonical prompts alone (the replicate pass), then run the registered scorers: item scorers per example,
+layer scorers per activation block, and each dataset scorer's ``partial``; the result is the chunk's
+records (:class:`~sago_fast.run.records.ChunkRecords`), its next-token distributions and hidden states
+dropped, so memory follows the chunk, never the dataset. When every chunk is in, :func:`finish_unit`
+combines the dataset scorers' partials. :func:`~sago_fast.run.driver.drive_unit` calls both.
 
 The chunk size comes from a memory budget (:class:`StreamSettings`): a variant costs its float32
 next-token log-probs (``vocab × 4`` bytes) and its pooled hidden states (:func:`variant_bytes`); float64
@@ -15,8 +16,7 @@ so a resumed unit chunks its remaining examples exactly as an uninterrupted run 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -33,48 +33,18 @@ from sago_fast.axes.levels import (
 )
 from sago_fast.axes.records import ExampleOutputs, ItemScore, LayerScores, ScoredRows
 from sago_fast.errors import InputError
-from sago_fast.run.stream import StreamSettings
+from sago_fast.run.records import ChunkRecords, mode_answer_records, output_records
+from sago_fast.run.stream_settings import StreamSettings
 from sago_fast.runtime.answering import AnswerSettings, AnyAnswer, UnitAnswers, answer_unit
 from sago_fast.runtime.free_answers import FreeAnswer
-from sago_fast.runtime.generate import GenerationSettings
 from sago_fast.runtime.options import OptionAnswer
 from sago_fast.runtime.prompting import model_prompts
-from sago_fast.store import rows as build
-from sago_fast.store.rows import TableRows
 from sago_fast.types import Dataset, Example, Variant
 
 if TYPE_CHECKING:
     from sago_fast.runtime.protocol import LanguageModel
 
 ITEM_POOLING = "mean"  # the pooling whose layer-mean scores also go to item_scores
-
-
-@dataclass
-class UnitTables:
-    """Column dicts per table of a whole unit (every chunk, then the finish), ready for ``Store.insert``."""
-
-    tables: TableRows = field(default_factory=dict)
-    accuracy: float = float("nan")  # canonical-variant accuracy
-
-    def table(self, name: str) -> dict[str, Any]:
-        return self.tables.get(name, {})
-
-
-@dataclass(frozen=True)
-class ChunkResult:
-    """One answered and scored chunk: its rows (result tables without the unit's identity, plus its
-    examples and variants) and its dataset scorers' partials."""
-
-    index: int
-    example_ids: tuple[str, ...]
-    n_variants: int
-    canonical_correct: tuple[bool, ...]  # per example, in example_ids order
-    rows: TableRows
-    partials: dict[str, Partial]
-
-    @property
-    def n_canonical_correct(self) -> int:
-        return sum(self.canonical_correct)
 
 
 # -- sizes ------------------------------------------------------------------------------------------------
@@ -298,9 +268,9 @@ def activation_blocks(
     return blocks
 
 
-def layer_item_scores(layers: Sequence[LayerScores], axis: str = "activation") -> list[ItemScore]:
+def layer_item_scores(layers: Sequence[LayerScores]) -> list[ItemScore]:
     """item_scores rows of layer-wise metrics the catalogue also lists in ``item_scores``: each example's
-    value averaged over layers (NaN layers left out), at the item pooling."""
+    value averaged over layers (NaN layers left out), at the item pooling, under the metric's own axis."""
     groups: dict[tuple[str, str, str | None], list[float]] = defaultdict(list)
     for block in layers:
         if block.pooling != ITEM_POOLING:
@@ -314,7 +284,8 @@ def layer_item_scores(layers: Sequence[LayerScores], axis: str = "activation") -
     out = []
     for (e, name, family), values in groups.items():
         finite = np.isfinite(values).any()
-        out.append(ItemScore(e, axis, name, family, float(np.nanmean(values)) if finite else float("nan")))
+        value = float(np.nanmean(values)) if finite else float("nan")
+        out.append(ItemScore(e, metric(name).axis, name, family, value))
     return out
 
 
@@ -359,49 +330,45 @@ def score_chunk(
     return scored, partials, tuple(bool(o.correct[0]) for o in outputs)
 
 
-def evaluate_chunks(
+def plan_unit_chunks(
     model: LanguageModel,
-    data: Dataset,
+    variants: Sequence[Variant],
+    stream: StreamSettings,
+    done: frozenset[str] = frozenset(),
+) -> list[list[Variant]]:
+    """The variants of each chunk still to do (:func:`plan_chunks` at the model's bytes per variant)."""
+    rows_of = examples_in_order(variants)
+    planned = plan_chunks(variants, stream.chunk_bytes, model_variant_bytes(model), done)
+    return [[variants[r] for e in chunk_ids for r in rows_of[e]] for chunk_ids in planned]
+
+
+def evaluate_chunk(
+    model: LanguageModel,
+    examples: Mapping[str, Example],
     variants: Sequence[Variant],
     settings: AnswerSettings,
     context: UnitContext,
-    stream: StreamSettings,
-    *,
-    done: frozenset[str] = frozenset(),
-    first_index: int = 0,
-) -> Iterator[ChunkResult]:
-    """Answer and score the unit's examples not in ``done``, chunk by chunk (indices from ``first_index``)."""
-    examples = {e.example_id: e for e in data.examples}
-    rows_of = examples_in_order(variants)
-    for offset, chunk_ids in enumerate(
-        plan_chunks(variants, stream.chunk_bytes, model_variant_bytes(model), done)
-    ):
-        chunk_variants = [variants[r] for e in chunk_ids for r in rows_of[e]]
-        chunk_examples = [examples[e] for e in chunk_ids]
-        answers = answer_variants(model, chunk_examples, chunk_variants, settings)
-        canonical = [v for v in chunk_variants if v.is_canonical]
-        alone = answer_alone(model, chunk_examples, canonical, settings)
-        scored, partials, correct = score_chunk(context, examples, chunk_variants, answers, alone)
-        tokenizer = model.tokenizer
-        rows: TableRows = {
-            "examples": build.example_columns(data.dataset_id, chunk_examples),
-            "variants": build.variant_columns(data.dataset_id, chunk_variants),
-            "outputs": build.output_columns(tokenizer, examples, chunk_variants, answers, replicate=0),
-            "mode_answers": build.mode_answer_columns(chunk_variants, answers, replicate=0),
-            **build.scored_columns(scored),
-        }
-        again = {
-            "outputs": build.output_columns(tokenizer, examples, canonical, alone, replicate=1),
-            "mode_answers": build.mode_answer_columns(canonical, alone, replicate=1),
-        }
-        del answers, alone  # the chunk's (Nv, vocab) and hidden-state arrays go before the next chunk's come
-        rows = build.concat([rows, again])
-        yield ChunkResult(
-            first_index + offset, tuple(chunk_ids), len(chunk_variants), correct, rows, partials
-        )
+    index: int,
+) -> ChunkRecords:
+    """Answer one chunk's variants (whole examples, in order), re-run its canonical prompts alone (the
+    replicate pass) and score it: its records, the probe arrays dropped."""
+    chunk_examples = [examples[e] for e in examples_in_order(variants)]
+    answers = answer_variants(model, chunk_examples, variants, settings)
+    canonical = [v for v in variants if v.is_canonical]
+    alone = answer_alone(model, chunk_examples, canonical, settings)
+    scored, partials, correct = score_chunk(context, examples, variants, answers, alone)
+    tokenizer = model.tokenizer
+    outputs = output_records(tokenizer, examples, variants, answers, replicate=0)
+    outputs += output_records(tokenizer, examples, canonical, alone, replicate=1)
+    modes = mode_answer_records(variants, answers, replicate=0) + mode_answer_records(
+        canonical, alone, replicate=1
+    )
+    return ChunkRecords(
+        index, tuple(chunk_examples), tuple(variants), tuple(outputs), tuple(modes), scored, partials, correct
+    )
 
 
-def finish_unit(context: UnitContext, partials: Sequence[Mapping[str, Partial]]) -> TableRows:
+def finish_unit(context: UnitContext, partials: Sequence[Mapping[str, Partial]]) -> ScoredRows:
     """The rows of every dataset scorer from every chunk's partials (in chunk order), plus the layer means
     of the layer-wise metrics they write."""
     scored = ScoredRows()
@@ -416,33 +383,4 @@ def finish_unit(context: UnitContext, partials: Sequence[Mapping[str, Partial]])
         )
         scored.extend(written)
     scored.items += layer_item_scores(scored.layers)
-    return build.scored_columns(scored)
-
-
-def evaluate_unit(
-    model: LanguageModel,
-    data: Dataset,
-    variants: Sequence[Variant],
-    settings: AnswerSettings | GenerationSettings | None = None,
-    stream: StreamSettings | None = None,
-) -> UnitTables:
-    """Every chunk, then the finish, in memory: the whole unit's rows (library use and tests; ``sago run``
-    commits chunk by chunk instead).
-
-    settings: prompt format, answer mode and generation limits (a bare :class:`GenerationSettings`
-    means plain prompts and ``cloze`` answers)."""
-    if not isinstance(settings, AnswerSettings):
-        settings = AnswerSettings(generation=settings or GenerationSettings())
-    stream = stream or StreamSettings()
-    check_fits(model, data, variants, settings)
-    context = model_context(model, variants, stream)
-    parts: list[TableRows] = []
-    partials: list[dict[str, Partial]] = []
-    correct = 0
-    for chunk in evaluate_chunks(model, data, variants, settings, context, stream):
-        parts.append(chunk.rows)
-        partials.append(chunk.partials)
-        correct += chunk.n_canonical_correct
-    parts.append(finish_unit(context, partials))
-    tables = build.concat(parts)
-    return UnitTables(tables, correct / context.n_examples if context.n_examples else float("nan"))
+    return scored

@@ -1,0 +1,152 @@
+"""Evaluate the units of one checkpoint: load it (export cached) once, then drive each unit through it.
+
+The same function runs in the driver process (in run order, or in lockstep under ``--until-separated``)
+and in Ray tasks; it never touches the results database. Per unit it yields a :class:`ChunkOutcome` per
+answered chunk (its records) and a :class:`UnitOutcome` when the unit's chunks are all answered (its
+:class:`~sago_fast.run.records.UnitEnd`) or it failed. The pipeline writes each chunk as it comes and
+finishes the unit from its committed chunks.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import traceback
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+
+from sago_fast.checkpoints.resolve import Checkpoint
+from sago_fast.errors import raise_if_interrupted
+from sago_fast.run.config import RunConfig
+from sago_fast.run.driver import NOTHING_DONE, StopRule, drive_unit
+from sago_fast.run.plan import Unit
+from sago_fast.run.progress import RunProgress
+from sago_fast.run.records import ChunkRecords, ModelFacts, UnitEnd
+from sago_fast.run.sequential import own_precision
+from sago_fast.runtime.progress import NoProgress
+from sago_fast.store.store import ChunksDone
+from sago_fast.types import Dataset, Variant
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ChunkOutcome:
+    """One answered chunk of a unit (``comparisons``: the --until-separated comparisons it grew)."""
+
+    unit_id: str
+    checkpoint: str
+    dataset_id: str
+    records: ChunkRecords
+    model: ModelFacts
+    comparisons: tuple = ()
+
+    @property
+    def n_examples(self) -> int:
+        return len(self.records.examples)
+
+
+@dataclass(frozen=True)
+class UnitOutcome:
+    """A unit whose chunks are all answered (``end`` set), or the error that stopped it (``end`` None;
+    its committed chunks stay)."""
+
+    unit_id: str
+    checkpoint: str
+    dataset_id: str
+    end: UnitEnd | None
+    error: str | None
+    seconds: float
+
+    @property
+    def ok(self) -> bool:
+        return self.end is not None
+
+
+def evaluate_checkpoint(
+    checkpoint: Checkpoint,
+    units: Sequence[Unit],
+    datasets: dict[str, Dataset],
+    variants: dict[str, list[Variant]],
+    config: RunConfig,
+    session_threads: int = 0,
+    progress: RunProgress | None = None,
+    resume: Mapping[str, ChunksDone] | None = None,
+    stop_rule: StopRule = own_precision,
+) -> Iterator[ChunkOutcome | UnitOutcome]:
+    """Yield each unit's chunks then its outcome; a checkpoint that cannot be loaded fails all its units.
+    resume: unit id -> the chunks an earlier invocation committed (those examples are not answered again);
+    stop_rule: when a sequential unit stops (:func:`~sago_fast.run.driver.drive_unit`)."""
+    import sago_fast
+    from sago_fast.runtime.session import SessionOptions
+
+    start = time.perf_counter()
+    where = str(checkpoint.display_path)
+    try:
+        model = sago_fast.load_model(
+            checkpoint,
+            device=config.device,
+            cache_dir=config.cache_dir,
+            session_options=SessionOptions(intra_op_threads=session_threads),
+        )
+    except Exception as exc:
+        raise_if_interrupted(exc)
+        message = _describe(exc)
+        for unit in units:
+            yield UnitOutcome(
+                unit.unit_id, where, unit.dataset_id, None, message, time.perf_counter() - start
+            )
+        return
+    with model:
+        for unit in units:
+            data = datasets[unit.dataset_id]
+            unit_start = time.perf_counter()
+            label = f"{checkpoint.display_path.name} × {data.name}"
+            model.progress = (
+                progress.unit_started(label, unit.unit_id) if progress is not None else NoProgress()
+            )
+            facts = ModelFacts.of(model, unit.aliases)
+            try:
+                for record in drive_unit(
+                    model,
+                    data,
+                    variants[unit.dataset_id],
+                    config.answer_settings,
+                    config.stream_settings,
+                    config.sequential,
+                    done=(resume or {}).get(unit.unit_id, NOTHING_DONE),
+                    stop_rule=stop_rule,
+                    unit_id=unit.unit_id,
+                    aliases=unit.aliases,
+                ):
+                    if isinstance(record, UnitEnd):
+                        end = record
+                    else:
+                        yield ChunkOutcome(unit.unit_id, where, unit.dataset_id, record, facts)
+            except Exception as exc:
+                raise_if_interrupted(exc)
+                error = _describe(exc)
+                yield UnitOutcome(
+                    unit.unit_id, where, unit.dataset_id, None, error, time.perf_counter() - unit_start
+                )
+                continue
+            finally:
+                model.progress.close()
+                model.progress = NoProgress()
+            if end.stop_reason is not None:
+                log.info(
+                    "%s × %s: sequential unit stopped (%s) after %d of %d examples",
+                    where,
+                    data.name,
+                    end.stop_reason,
+                    end.n_visited,
+                    end.n_examples,
+                )
+            yield UnitOutcome(
+                unit.unit_id, where, unit.dataset_id, end, None, time.perf_counter() - unit_start
+            )
+
+
+def _describe(exc: BaseException) -> str:
+    log.debug("unit failed:\n%s", "".join(traceback.format_exception(exc)))
+    return f"{type(exc).__name__}: {exc}"

@@ -1,0 +1,136 @@
+"""The one way through a unit: one model on one dataset's variants, chunk by chunk, into records.
+
+:func:`drive_unit` is the only unit driver. ``sago run`` (in this process, in Ray tasks, in lockstep
+under ``--until-separated``), :func:`evaluate_unit` (library use, tests, the README) all go through it:
+
+1. check that every prompt fits the model, plan the chunks (whole examples, as many as the memory budget
+   holds; a sequential unit in its visiting order, within its budget) and leave out committed ones;
+2. per chunk: answer and score it (:func:`~sago_fast.run.chunk.evaluate_chunk`), then, for a sequential
+   unit, feed its followed values to the confidence sequences; yield its :class:`ChunkRecords`;
+3. ask the stop rule after each chunk (a sequential unit); yield a :class:`UnitEnd` last.
+
+Rows are made from the records at the sink (:mod:`sago_fast.store.rows`); here nothing knows of tables.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from sago_fast.axes.levels import Partial
+from sago_fast.run.chunk import check_fits, evaluate_chunk, finish_unit, model_context, plan_unit_chunks
+from sago_fast.run.records import ChunkRecords, ModelFacts, UnitEnd
+from sago_fast.run.sequential import (
+    SequentialSettings,
+    SequentialTracker,
+    chunk_values,
+    own_precision,
+    start_sequence,
+)
+from sago_fast.run.stream_settings import StreamSettings
+from sago_fast.runtime.answering import AnswerSettings
+from sago_fast.runtime.generate import GenerationSettings
+from sago_fast.store import rows as build
+from sago_fast.store.rows import TableRows
+from sago_fast.store.store import ChunksDone
+from sago_fast.types import Dataset, Variant
+
+if TYPE_CHECKING:
+    from sago_fast.runtime.protocol import LanguageModel
+
+NOTHING_DONE = ChunksDone(0, (), 0, 0, 0.0)
+
+# Why a sequential unit stops now, asked after each of its chunks (None: go on): unit id, its tracker.
+StopRule = Callable[[str, SequentialTracker], str | None]
+
+
+def drive_unit(
+    model: LanguageModel,
+    data: Dataset,
+    variants: Sequence[Variant],
+    settings: AnswerSettings,
+    stream: StreamSettings,
+    sequential: SequentialSettings | None = None,
+    *,
+    done: ChunksDone = NOTHING_DONE,
+    stop_rule: StopRule = own_precision,
+    unit_id: str = "",
+    aliases: Sequence[Any] = (),
+) -> Iterator[ChunkRecords | UnitEnd]:
+    """Yield the records of every chunk of the unit not in ``done``, then its :class:`UnitEnd`.
+
+    done: the chunks an earlier invocation committed (their examples are not answered again; a sequential
+    unit's tracker is fed their values); stop_rule: when a sequential unit stops, asked before its first
+    chunk and after each (after a yield: when the consumer comes back for more); aliases: every checkpoint
+    name under which the run met this model's content."""
+    ordered, tracker = start_sequence(variants, sequential or SequentialSettings(), done.sequence_values)
+    check_fits(model, data, variants, settings)
+    context = model_context(model, ordered, stream)
+    examples = {e.example_id: e for e in data.examples}
+    chunks = plan_unit_chunks(model, ordered, stream, frozenset(done.example_ids))
+    stop = stop_rule(unit_id, tracker) if tracker is not None else None  # stopped before an interruption
+    for offset, chunk_variants in enumerate(chunks):
+        if stop is not None:
+            break
+        start = time.perf_counter()
+        records = evaluate_chunk(model, examples, chunk_variants, settings, context, done.n_chunks + offset)
+        seconds = time.perf_counter() - start
+        if tracker is None:
+            yield replace(records, seconds=seconds)
+            continue
+        values = chunk_values(records.example_ids, records.canonical_correct, records.scored.items)
+        bounds = tuple(tracker.add(values))
+        yield replace(records, seconds=seconds, followed=values, bounds=bounds, n_visited=tracker.n_examples)
+        stop = stop_rule(unit_id, tracker)
+    if tracker is not None and stop is None:
+        stop = tracker.end_reason(len(data.examples))
+    yield UnitEnd(
+        context,
+        ModelFacts.of(model, aliases),
+        len(data.examples),
+        len(variants),
+        stop,
+        tracker.n_examples if tracker is not None else 0,
+    )
+
+
+# -- in memory: library use and tests ------------------------------------------------------------------------
+@dataclass
+class UnitTables:
+    """Column dicts per table of a whole unit (every chunk, then the finish), ready for ``Store.insert``."""
+
+    tables: TableRows = field(default_factory=dict)
+    accuracy: float = float("nan")  # canonical-variant accuracy
+
+    def table(self, name: str) -> dict[str, Any]:
+        return self.tables.get(name, {})
+
+
+def evaluate_unit(
+    model: LanguageModel,
+    data: Dataset,
+    variants: Sequence[Variant],
+    settings: AnswerSettings | GenerationSettings | None = None,
+    stream: StreamSettings | None = None,
+) -> UnitTables:
+    """:func:`drive_unit` into memory: the whole unit's rows (library use and tests; ``sago run`` commits
+    chunk by chunk instead), without the run's identity columns.
+
+    settings: prompt format, answer mode and generation limits (a bare :class:`GenerationSettings`
+    means plain prompts and ``cloze`` answers)."""
+    if not isinstance(settings, AnswerSettings):
+        settings = AnswerSettings(generation=settings or GenerationSettings())
+    parts: list[TableRows] = []
+    partials: list[dict[str, Partial]] = []
+    correct = 0
+    for record in drive_unit(model, data, variants, settings, stream or StreamSettings()):
+        if isinstance(record, UnitEnd):
+            parts.append(build.scored_columns(finish_unit(record.context, partials)))
+            n = record.context.n_examples
+            return UnitTables(build.concat(parts), correct / n if n else float("nan"))
+        parts.append(build.chunk_tables(data.dataset_id, record))
+        partials.append(record.partials)
+        correct += record.n_canonical_correct
+    raise AssertionError("drive_unit ends with a UnitEnd")
