@@ -89,9 +89,9 @@ def tokens_through_model(folder: Path, data: Path, cache: Path) -> tuple[float, 
     """(tokens through the model per output, prompt tokens per output) of the run's answering, in this
     process: every variant (shared prefixes, option blocks) and the canonical replicates, one at a time."""
     import sago_fast
-    from sago_fast.run.chunk import answer_alone, answer_variants
     from sago_fast.run.config import RunConfig
     from sago_fast.run.plan import plan_run
+    from sago_fast.runtime.answering import answer_chunk
 
     config = RunConfig(
         models=(str(folder),),
@@ -105,9 +105,8 @@ def tokens_through_model(folder: Path, data: Path, cache: Path) -> tuple[float, 
     variants = plan.variants[dataset.dataset_id]
     with sago_fast.load_model(folder, cache_dir=cache) as model:
         settings = config.answer_settings
-        first = answer_variants(model, dataset.examples, variants, settings)
+        first, again = answer_chunk(model, dataset.examples, variants, settings)
         canonical = [v for v in variants if v.is_canonical]
-        again = answer_alone(model, dataset.examples, canonical, settings)
         outputs = len(variants) + len(canonical)
         prompt = sum(len(ids) for ids in model.tokenize([v.prompt for v in [*variants, *canonical]]))
     return (first.tokens_processed + again.tokens_processed) / outputs, prompt / outputs

@@ -30,7 +30,7 @@ VOLATILE = {
     "unit_chunks": ("seconds", "finished_at", "state"),
     "exports": ("created_at", "seconds"),
 }
-WALL_TIME = ("seconds", "finished_at", "created_at")
+WALL_TIME = ("seconds", "finished_at", "created_at", "applied_at")
 
 
 def dump(db: Path, out: Path) -> list[str]:

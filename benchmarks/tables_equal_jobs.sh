@@ -11,8 +11,8 @@ OUT=${1:?usage: tables_equal_jobs.sh OUT}
 SAGO=${SAGO:-.venv/bin/sago}
 PY=${PY:-.venv/bin/python}
 mkdir -p "$OUT"
-W=$(mktemp -d)
-trap 'rm -rf "$W"' EXIT
+W=${SAGO_TABLES_WORK:-/tmp/sago-tables-equal}  # one fixed folder: the paths stored in the tables match
+rm -rf "$W" && mkdir -p "$W"
 dump() { "$PY" benchmarks/tables_equal.py dump "$1" "$OUT/$2"; }
 
 "$SAGO" demo -o "$W/demo" >"$OUT/demo.log" 2>&1

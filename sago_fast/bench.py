@@ -183,9 +183,6 @@ def run_bench(
     from transformers import AutoModelForCausalLM
 
     import sago_fast
-    from sago_fast.exporters.unified import pooled_forward
-    from sago_fast.runtime.batching import BatchPolicy
-    from sago_fast.runtime.generate import GenerationSettings
 
     rss_before = _current_rss_mib()
     started = time.perf_counter()
@@ -206,101 +203,139 @@ def run_bench(
     engines: dict[str, Any] = {"hf_eager": hf}
     if config.compile and cuda and hasattr(torch, "compile"):
         engines["hf_compile"] = torch.compile(hf)
-    vocab = int(sago.exported.manifest["vocab_size"])
-    rng = np.random.default_rng(config.seed)
-    low = 3  # skip the special ids
-    results: list[Measurement] = []
-    torch_device = "cuda" if cuda else "cpu"
+    bench = _Bench(
+        sago, hf, engines, config, np.random.default_rng(config.seed), "cuda" if cuda else "cpu", dtype
+    )
     limit = sago.max_positions or 10**9
-
+    results: list[Measurement] = []
     for seq_len in config.seq_lens:
         if seq_len + config.gen_tokens > limit:
             raise ValueError(
                 f"seq_len {seq_len} + {config.gen_tokens} new tokens exceeds the model's {limit} positions"
             )
-        for batch in config.batch_sizes:
-            ids = rng.integers(low, vocab, size=(batch, seq_len)).tolist()
-            m = Measurement("probe", batch, seq_len, batch * seq_len, batch)
-            sago.batch_policy = BatchPolicy(token_budget=batch * seq_len, max_batch=batch)
-            tensor = torch.tensor(ids, device=torch_device)
-            mask = torch.ones_like(tensor)
+        results += [bench.probe(batch, seq_len) for batch in config.batch_sizes]
+        results += [bench.generation(batch, seq_len) for batch in config.gen_batch_sizes]
+    out = _summary(sago, hf, config, export, results)
+    sago.close()
+    return out
 
-            def sago_probe(ids=ids):
-                return sago.probe_ids(ids)
 
-            def hf_probe(engine, tensor=tensor, mask=mask):
-                with torch.inference_mode():
-                    return pooled_forward(engine, tensor, mask)
+LOW_ID = 3  # random prompts skip the special ids
 
-            ref = hf_probe(hf)["next_logprobs"].float().cpu().numpy()
-            got = sago_probe().next_logprobs
-            tol = 5e-2 if dtype == torch.float16 else 1e-3
-            if not np.allclose(got, ref, atol=tol):
-                raise RuntimeError(
-                    f"probe outputs disagree (max |diff| {np.abs(got - ref).max():.3g}); not timing"
+
+@dataclass
+class _Bench:
+    """The engines under test and what every measurement shares (the seeded prompt generator)."""
+
+    sago: Any
+    hf: Any
+    engines: dict[str, Any]
+    config: BenchConfig
+    rng: np.random.Generator
+    torch_device: str
+    dtype: Any
+
+    @property
+    def vocab(self) -> int:
+        return int(self.sago.exported.manifest["vocab_size"])
+
+    def probe(self, batch: int, seq_len: int) -> Measurement:
+        """One probe shape: sago's outputs checked against HF's, then both timed."""
+        import torch
+
+        from sago_fast.exporters.unified import pooled_forward
+        from sago_fast.runtime.batching import BatchPolicy
+
+        sago, config = self.sago, self.config
+        ids = self.rng.integers(LOW_ID, self.vocab, size=(batch, seq_len)).tolist()
+        m = Measurement("probe", batch, seq_len, batch * seq_len, batch)
+        sago.batch_policy = BatchPolicy(token_budget=batch * seq_len, max_batch=batch)
+        tensor = torch.tensor(ids, device=self.torch_device)
+        mask = torch.ones_like(tensor)
+
+        def sago_probe(ids=ids):
+            return sago.probe_ids(ids)
+
+        def hf_probe(engine, tensor=tensor, mask=mask):
+            with torch.inference_mode():
+                return pooled_forward(engine, tensor, mask)
+
+        ref = hf_probe(self.hf)["next_logprobs"].float().cpu().numpy()
+        got = sago_probe().next_logprobs
+        tol = 5e-2 if self.dtype == torch.float16 else 1e-3
+        if not np.allclose(got, ref, atol=tol):
+            raise RuntimeError(
+                f"probe outputs disagree (max |diff| {np.abs(got - ref).max():.3g}); not timing"
+            )
+        for _ in range(config.repeats):
+            m.seconds.setdefault("sago", []).append(_timed(sago_probe, self.torch_device))
+            for name, engine in self.engines.items():
+                m.seconds.setdefault(name, []).append(
+                    _timed(functools.partial(hf_probe, engine), self.torch_device)
                 )
-            for _ in range(config.repeats):
-                m.seconds.setdefault("sago", []).append(_timed(sago_probe, torch_device))
-                for name, engine in engines.items():
-                    m.seconds.setdefault(name, []).append(
-                        _timed(functools.partial(hf_probe, engine), torch_device)
-                    )
-            results.append(m)
+        return m
 
-        for batch in config.gen_batch_sizes:
-            ids = rng.integers(low, vocab, size=(batch, seq_len)).tolist()
-            m = Measurement("generation", batch, seq_len, batch * config.gen_tokens, batch)
-            settings = GenerationSettings(max_new_tokens=config.gen_tokens, stop=(), stop_at_eos=False)
-            sago.batch_policy = BatchPolicy(
-                token_budget=batch * (seq_len + config.gen_tokens), max_batch=batch
-            )
-            tensor = torch.tensor(ids, device=torch_device)
+    def generation(self, batch: int, seq_len: int) -> Measurement:
+        """One generation shape: greedy tokens checked against HF's, then both timed."""
+        import torch
 
-            def sago_generate(ids=ids, settings=settings):
-                return sago.generate_ids(ids, settings)
+        from sago_fast.runtime.batching import BatchPolicy
+        from sago_fast.runtime.generate import GenerationSettings
 
-            def hf_generate(engine, tensor=tensor, **extra):
-                with torch.inference_mode():
-                    return engine.generate(
-                        input_ids=tensor,
-                        attention_mask=torch.ones_like(tensor),
-                        do_sample=False,
-                        max_new_tokens=config.gen_tokens,
-                        min_new_tokens=config.gen_tokens,
-                        pad_token_id=sago.pad_id,
-                        **extra,
-                    )
+        sago, config, hf = self.sago, self.config, self.hf
+        ids = self.rng.integers(LOW_ID, self.vocab, size=(batch, seq_len)).tolist()
+        m = Measurement("generation", batch, seq_len, batch * config.gen_tokens, batch)
+        settings = GenerationSettings(max_new_tokens=config.gen_tokens, stop=(), stop_at_eos=False)
+        sago.batch_policy = BatchPolicy(token_budget=batch * (seq_len + config.gen_tokens), max_batch=batch)
+        tensor = torch.tensor(ids, device=self.torch_device)
 
-            ours = [list(g.token_ids) for g in sago_generate()]
-            checked = hf_generate(hf, output_scores=True, return_dict_in_generate=True)
-            theirs = checked.sequences[:, seq_len:].cpu().tolist()
-            step_logprobs = (
-                torch.log_softmax(torch.stack(checked.scores, dim=1).float(), dim=-1).cpu().numpy()
-            )
-            agree = greedy_agreement(
-                ours, theirs, sago.exported.manifest.get("eos_token_ids", []), step_logprobs
-            )
-            if agree < 1.0 and dtype != torch.float16:  # fp16 may flip near-ties; fp32 must not
-                raise RuntimeError(
-                    f"greedy generations disagree with HF on {1 - agree:.0%} of the prompts (batch {batch}); "
-                    "not timing"
+        def sago_generate(ids=ids, settings=settings):
+            return sago.generate_ids(ids, settings)
+
+        def hf_generate(engine, tensor=tensor, **extra):
+            with torch.inference_mode():
+                return engine.generate(
+                    input_ids=tensor,
+                    attention_mask=torch.ones_like(tensor),
+                    do_sample=False,
+                    max_new_tokens=config.gen_tokens,
+                    min_new_tokens=config.gen_tokens,
+                    pad_token_id=sago.pad_id,
+                    **extra,
                 )
-            for _ in range(config.repeats):
-                m.seconds.setdefault("sago", []).append(_timed(sago_generate, torch_device))
-                m.seconds.setdefault("hf_eager", []).append(_timed(lambda: hf_generate(hf), torch_device))
-            m.greedy_agreement = agree  # fp32: 1.0 expected; fp16 may differ on near-ties
-            results.append(m)
 
-    n_params = sum(p.numel() for p in hf.parameters())
-    out = {
+        ours = [list(g.token_ids) for g in sago_generate()]
+        checked = hf_generate(hf, output_scores=True, return_dict_in_generate=True)
+        theirs = checked.sequences[:, seq_len:].cpu().tolist()
+        step_logprobs = torch.log_softmax(torch.stack(checked.scores, dim=1).float(), dim=-1).cpu().numpy()
+        agree = greedy_agreement(ours, theirs, sago.exported.manifest.get("eos_token_ids", []), step_logprobs)
+        if agree < 1.0 and self.dtype != torch.float16:  # fp16 may flip near-ties; fp32 must not
+            raise RuntimeError(
+                f"greedy generations disagree with HF on {1 - agree:.0%} of the prompts (batch {batch}); not timing"
+            )
+        for _ in range(config.repeats):
+            m.seconds.setdefault("sago", []).append(_timed(sago_generate, self.torch_device))
+            m.seconds.setdefault("hf_eager", []).append(_timed(lambda: hf_generate(hf), self.torch_device))
+        m.greedy_agreement = agree  # fp32: 1.0 expected; fp16 may differ on near-ties
+        return m
+
+
+def _summary(
+    sago: Any, hf: Any, config: BenchConfig, export: dict[str, Any], results: list[Measurement]
+) -> dict[str, Any]:
+    """The JSON-ready result (schema ``sago-bench/1``)."""
+    import torch
+
+    cuda = sago.device == "cuda"
+    return {
         "schema": SCHEMA,
         "checkpoint": str(sago.checkpoint.path),
         "model": {
             "model_type": sago.exported.manifest["model_type"],
-            "parameters": n_params,
+            "parameters": sum(p.numel() for p in hf.parameters()),
             "n_layers": sago.n_layers,
             "d_model": sago.d_model,
-            "vocab_size": vocab,
+            "vocab_size": int(sago.exported.manifest["vocab_size"]),
             "dtype": sago.exported.manifest["dtype"],
         },
         "device": sago.device,
@@ -313,11 +348,9 @@ def run_bench(
             "cuda_torch_mib": (torch.cuda.max_memory_allocated() / 2**20) if cuda else None,
         },
         "export": export,
-        "scoring": scoring_facts(sago, vocab, config.seed),
+        "scoring": scoring_facts(sago, int(sago.exported.manifest["vocab_size"]), config.seed),
         "results": [m.summary() for m in results],
     }
-    sago.close()
-    return out
 
 
 def write_json(result: dict[str, Any], path: str | os.PathLike[str]) -> Path:

@@ -2,7 +2,7 @@
 
 1. The zoo: tiny Llama-style models trained on the built-in suites, checkpoints along training. The
    package ships the default zoo (the same bytes on every machine); another configuration is trained once
-   into the shared zoo cache (:mod:`sago_fast.zoo.store`).
+   into the shared zoo cache (:mod:`sago_fast.zoo.sources`).
 2. ``sago run`` over every zoo checkpoint × the built-in ``capitals``, ``comparison`` (option scoring) and
    ``letters`` (greedy generation) suites: variants, ONNX Runtime, the four axes, DuckDB.
 """

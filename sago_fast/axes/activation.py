@@ -27,6 +27,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from sago_fast.axes.catalogue import DATASET, LAYER_ITEM, UNIT, MetricSpec, ReplicateNoise
 from sago_fast.axes.levels import (
     ActivationBlock,
     ChunkView,
@@ -62,7 +63,21 @@ def dispersion_raw(block: ActivationBlock) -> dict[str | None, np.ndarray]:
     return out
 
 
-@layer_scorer("dispersion_raw", AXIS)
+@layer_scorer(
+    "dispersion_raw",
+    AXIS,
+    metrics=[
+        MetricSpec(
+            "dispersion_raw",
+            LAYER_ITEM,
+            unit="cosine distance",
+            null="replicate",
+            sesoi=0.005,
+            bounds=(0.0, 2.0),
+            noise=ReplicateNoise("replicate_distance", "pair"),
+        )
+    ],
+)
 def _dispersion_raw_rows(block: ActivationBlock, context: UnitContext) -> list[LayerScores]:
     if block.layout not in context.scored_layouts:
         return []
@@ -73,7 +88,11 @@ def _dispersion_raw_rows(block: ActivationBlock, context: UnitContext) -> list[L
     ]
 
 
-@layer_scorer("replicate_distance", AXIS)
+@layer_scorer(
+    "replicate_distance",
+    AXIS,
+    metrics=[MetricSpec("replicate_distance", ("layer_scores",), unit="cosine distance")],
+)
 def _replicate_rows(block: ActivationBlock, context: UnitContext) -> list[LayerScores]:
     """The noise floor: each canonical representation against the same prompt re-run alone."""
     n_layers, n_examples = block.hidden.shape[:2]
@@ -129,7 +148,19 @@ def _grouped(partials: Sequence[Mapping[str, np.ndarray]]) -> dict[str, dict[str
     return out
 
 
-@dataset_scorer("dispersion")
+@dataset_scorer(
+    "dispersion",
+    metrics=[
+        MetricSpec(
+            "dispersion",
+            LAYER_ITEM,
+            unit="ratio to between-example distance",
+            headline=0,
+            label="dispersion, mean over layers (cosine dist. ÷ between-example dist.)",
+        ),
+        MetricSpec("between_example_distance", DATASET, unit="cosine distance"),
+    ],
+)
 class Dispersion:
     """Dispersion normalised by the between-example distance of the whole unit; a layer whose examples do
     not spread (between-example distance 0, or fewer than 2 examples) has no dispersion rows."""
@@ -220,7 +251,13 @@ def knn_instability(H: np.ndarray, layout: Sequence[str], family: str, k: int) -
     return instability / len(variant_ids)
 
 
-@dataset_scorer("neighbourhood")
+@dataset_scorer(
+    "neighbourhood",
+    metrics=[
+        MetricSpec("knn_instability", LAYER_ITEM, null="tolerance", bounds=UNIT),
+        MetricSpec("cka", DATASET, direction="lower", unit="linear CKA"),
+    ],
+)
 class Neighbourhood:
     """kNN instability and linear CKA over the unit's examples (or its seeded sample)."""
 

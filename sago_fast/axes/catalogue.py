@@ -1,6 +1,8 @@
-"""Everything the project knows about each metric, in one place.
+"""Everything the project knows about each metric, read from the scorers' declarations.
 
-For every metric: its axis, the tables it is written to, the task types it applies to, its direction
+A metric is declared once, with the scorer that writes it (``metrics=[MetricSpec(...)]`` on its
+decorator); the catalogue collects the declarations (:class:`Catalogue` imports the axis modules before
+it is read). For every metric: its axis, the tables it is written to, the task types it applies to, its direction
 (``higher``: a higher value is less stable; ``lower``: the reverse), a unit/label, the null its
 ``model_scores`` test uses (``replicate`` noise, a ``tolerance``, ``chance``, or ``none``: estimate and CI
 only), and its rank in the axis' headline list (statistics use the first headline metric a dataset has).
@@ -13,7 +15,8 @@ confidence sequences of ``sago run --precision`` need (:func:`sequential_metrics
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
 from sago_fast.registry import Registry
 
@@ -21,11 +24,50 @@ OPTIONS = ("multiple_choice", "pairwise")
 ALL_TASKS = ("multiple_choice", "pairwise", "generation")
 
 
+SCALINGS = ("pair", "sd", "range")
+
+
+@dataclass(frozen=True)
+class ReplicateNoise:
+    """How the replicate pass's noise maps onto a metric whose null is ``replicate``.
+
+    source: the replicate pair's per-example figure the statistics read (:data:`NOISE_SOURCES`);
+    scaling: what that figure is worth over V variants that differ by noise only
+    (:func:`sago_fast.stats.nulls.like_for_like`): ``pair`` (a mean over variant pairs of a pairwise
+    figure: the pair's value as it is), ``sd`` (population SD of V values, from the pair's |gap|) or
+    ``range`` (range of V values, from the pair's |gap|)."""
+
+    source: str
+    scaling: str = "pair"
+
+    def __post_init__(self) -> None:
+        if self.source not in NOISE_SOURCES:
+            raise ValueError(
+                f"unknown replicate noise source {self.source!r} (known: {', '.join(NOISE_SOURCES)})"
+            )
+        if self.scaling not in SCALINGS:
+            raise ValueError(
+                f"unknown replicate noise scaling {self.scaling!r} (known: {', '.join(SCALINGS)})"
+            )
+
+
+# the replicate pair's per-example figures the statistics can read (sago_fast.stats.data.replicate_noise)
+NOISE_SOURCES = {
+    "replicate_distance": "cosine distance between the canonical prompt's two runs, mean over layers (mean pooling)",
+    "option_js": "JS divergence between the two runs' option distributions",
+    "p_gold_gap": "|P(gold) of run 1 - P(gold) of run 2|",
+}
+
+
 @dataclass(frozen=True)
 class MetricSpec:
-    axis: str
+    """One metric, declared once, with the scorer that writes it (``metrics=`` of :func:`item_scorer`,
+    :func:`~sago_fast.axes.levels.layer_scorer`, :func:`~sago_fast.axes.levels.dataset_scorer`), which
+    fills in ``axis``."""
+
     name: str
     tables: tuple[str, ...]  # item_scores, layer_scores, dataset_scores
+    axis: str = ""  # the declaring scorer's axis
     tasks: tuple[str, ...] = ALL_TASKS
     direction: str = "higher"  # "higher": higher = less stable; "lower": the reverse
     unit: str = "share"
@@ -37,12 +79,18 @@ class MetricSpec:
     digits: int = 3  # decimals in the run summary
     sesoi: float | None = None  # replicate nulls: smallest effect of practical interest (the null's floor)
     bounds: tuple[float, float] | None = None  # the range of one example's value (None: unbounded)
+    noise: ReplicateNoise | None = None  # replicate nulls: where the noise comes from, how it maps
 
     def __post_init__(self) -> None:
         if self.headline is not None and "item_scores" not in self.tables:
             raise ValueError(
                 f"metric {self.name!r}: a headline metric is read from item_scores (summary, model_scores, "
                 "report), so it must be written there"
+            )
+        if (self.null == "replicate") != (self.noise is not None):
+            raise ValueError(
+                f"metric {self.name!r}: a replicate null needs its noise (noise=ReplicateNoise(...)), and "
+                "only a replicate null has one"
             )
 
     @property
@@ -55,163 +103,63 @@ class MetricSpec:
         return "greater" if self.direction == "higher" else "less"
 
 
-CATALOGUE: Registry[MetricSpec] = Registry("metric")
+class Catalogue(Registry[MetricSpec]):
+    """The metrics, as their scorers declare them: reading it first imports the axis modules (which
+    declare theirs), so it is complete wherever it is read."""
+
+    def __init__(self) -> None:
+        super().__init__("metric")
+        self._loading = False
+
+    def _load(self) -> None:
+        if not self._loading:
+            self._loading = True
+            import sago_fast.axes  # noqa: F401  (its modules declare their metrics)
+
+    def get(self, name: str) -> MetricSpec:
+        self._load()
+        return super().get(name)
+
+    def names(self) -> list[str]:
+        self._load()
+        return super().names()
+
+    def __contains__(self, name: object) -> bool:
+        self._load()
+        return super().__contains__(name)
+
+
+CATALOGUE = Catalogue()
+
+
+def declare(axis: str, specs: Sequence[MetricSpec]) -> None:
+    """Add ``specs`` to the catalogue under ``axis`` (a scorer decorator's ``metrics=``)."""
+    for spec in specs:
+        if spec.axis and spec.axis != axis:
+            raise ValueError(f"metric {spec.name!r} declares axis {spec.axis!r} on a scorer of axis {axis!r}")
+        CATALOGUE.add(spec.name, replace(spec, axis=axis))
+
 
 UNIT = (0.0, 1.0)  # shares, 0/1 outcomes and probabilities
 JS_RANGE = (0.0, math.log(2))  # Jensen-Shannon divergence in nats
+ITEM = ("item_scores",)
+LAYER_ITEM = ("layer_scores", "item_scores")
+DATASET = ("dataset_scores",)
 
-_ITEM = ("item_scores",)
-_LAYER_ITEM = ("layer_scores", "item_scores")
-_DATASET = ("dataset_scores",)
-
-for _spec in (
-    # canonical-variant correctness: computed by the statistics from `outputs`, estimate and CI only
-    MetricSpec(
-        "accuracy",
-        "accuracy",
-        (),
-        direction="lower",
-        unit="correct (0/1)",
-        label="accuracy (share of examples)",
-        bounds=UNIT,
-    ),
-    MetricSpec(
-        "generation",
-        "answer_disagreement",
-        _ITEM,
-        null="tolerance",
-        headline=0,
-        label="answer disagreement (share of variant pairs)",
-        bounds=UNIT,
-    ),
-    MetricSpec("generation", "correctness_flip", _ITEM, null="tolerance", bounds=UNIT),
-    MetricSpec("generation", "flip_rate", _ITEM, null="tolerance", bounds=UNIT),
-    MetricSpec("generation", "worst_case", _ITEM, direction="lower", unit="correct (0/1)", bounds=UNIT),
-    MetricSpec(
-        "generation", "token_f1_disagreement", _ITEM, tasks=("generation",), null="tolerance", bounds=UNIT
-    ),
-    MetricSpec(
-        "activation",
-        "dispersion_raw",
-        _LAYER_ITEM,
-        unit="cosine distance",
-        null="replicate",
-        sesoi=0.005,
-        bounds=(0.0, 2.0),
-    ),
-    MetricSpec(
-        "activation",
-        "dispersion",
-        _LAYER_ITEM,
-        unit="ratio to between-example distance",
-        headline=0,
-        label="dispersion, mean over layers (cosine dist. ÷ between-example dist.)",
-    ),
-    MetricSpec("activation", "knn_instability", _LAYER_ITEM, null="tolerance", bounds=UNIT),
-    MetricSpec("activation", "replicate_distance", ("layer_scores",), unit="cosine distance"),
-    MetricSpec("activation", "cka", _DATASET, direction="lower", unit="linear CKA"),
-    MetricSpec("activation", "between_example_distance", _DATASET, unit="cosine distance"),
-    MetricSpec(
-        "confidence",
-        "option_js",
-        _ITEM,
-        tasks=OPTIONS,
-        unit="JS divergence (nats)",
-        null="replicate",
-        headline=0,
-        label="option JS divergence (nats)",
-        digits=4,
-        sesoi=0.005,
-        bounds=JS_RANGE,
-    ),
-    MetricSpec(
-        "confidence",
-        "next_token_js",
-        _ITEM,
-        unit="JS divergence (nats)",
-        null="tolerance",
-        tolerance=1e-4,
-        bounds=JS_RANGE,
-    ),
-    MetricSpec(
-        "confidence",
-        "p_gold_sd",
-        _ITEM,
-        unit="probability",
-        null="replicate",
-        headline=1,
-        label="SD of P(gold) (probability)",
-        sesoi=0.01,
-        bounds=(0.0, 0.5),
-    ),
-    MetricSpec(
-        "confidence", "p_gold_range", _ITEM, unit="probability", null="replicate", sesoi=0.02, bounds=UNIT
-    ),
-    MetricSpec("confidence", "margin_flip", _ITEM, tasks=OPTIONS, null="tolerance", bounds=UNIT),
-    MetricSpec("confidence", "ece", _DATASET, unit="calibration error"),
-    MetricSpec("confidence", "ece_spread", _DATASET, unit="calibration error"),
-    MetricSpec(
-        "mirroring",
-        "position_mirroring",
-        _ITEM,
-        tasks=("multiple_choice",),
-        null="chance",
-        headline=1,
-        family="option_permutation",
-        label="position kept (share of moved answers)",
-        bounds=UNIT,
-    ),
-    MetricSpec(
-        "mirroring",
-        "position_chance",
-        _ITEM,
-        tasks=("multiple_choice",),
-        family="option_permutation",
-        bounds=UNIT,
-    ),
-    MetricSpec(
-        "mirroring",
-        "mirroring_log_odds",
-        _ITEM,
-        tasks=("multiple_choice",),
-        unit="log odds",
-        family="option_permutation",
-    ),
-    MetricSpec(
-        "mirroring",
-        "cue_following",
-        _ITEM,
-        tasks=OPTIONS,
-        unit="probability",
-        null="tolerance",
-        tolerance=0.0,
-        headline=0,
-        family="wrong_hint",
-        label="shift in P(hinted option) (probability)",
-        bounds=(-1.0, 1.0),
-    ),
-    MetricSpec(
-        "mirroring",
-        "swap_consistency",
-        _ITEM,
-        tasks=("pairwise",),
-        direction="lower",
-        null="tolerance",
-        family="pair_swap",
-        bounds=UNIT,
-    ),
-    MetricSpec(
-        "mirroring",
-        "prompt_echo",
-        _ITEM,
-        tasks=("generation",),
-        null="tolerance",
-        headline=2,
-        label="prompt echo (share of variants)",
-        bounds=UNIT,
-    ),
-):
-    CATALOGUE.add(_spec.name, _spec)
+# canonical-variant correctness: computed by the statistics from `outputs`, estimate and CI only
+declare(
+    "accuracy",
+    [
+        MetricSpec(
+            "accuracy",
+            (),
+            direction="lower",
+            unit="correct (0/1)",
+            label="accuracy (share of examples)",
+            bounds=UNIT,
+        )
+    ],
+)
 
 
 def metric(name: str) -> MetricSpec:
@@ -242,7 +190,7 @@ def check_metrics(axis: str, names: set[str] | frozenset[str]) -> None:
         if name not in CATALOGUE or CATALOGUE.get(name).axis != axis:
             raise ValueError(
                 f"metric {name!r} of axis {axis!r} is not in the metric catalogue under that axis "
-                "(add a MetricSpec to sago_fast/axes/catalogue.py)"
+                "(declare it with metrics=[MetricSpec(...)] on the scorer that writes it)"
             )
 
 

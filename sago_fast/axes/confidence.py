@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from sago_fast.axes.catalogue import DATASET, ITEM, JS_RANGE, OPTIONS, UNIT, MetricSpec, ReplicateNoise
 from sago_fast.axes.items import ExampleView, item_scorer
 from sago_fast.axes.levels import ChunkView, Partial, UnitContext, dataset_scorer
 from sago_fast.axes.records import DatasetScore, ExampleOutputs, ItemScore, ScoredRows
@@ -66,7 +67,54 @@ def confidence_scores(
     return out
 
 
-@item_scorer("confidence", AXIS)
+@item_scorer(
+    "confidence",
+    AXIS,
+    metrics=[
+        MetricSpec(
+            "option_js",
+            ITEM,
+            tasks=OPTIONS,
+            unit="JS divergence (nats)",
+            null="replicate",
+            headline=0,
+            label="option JS divergence (nats)",
+            digits=4,
+            sesoi=0.005,
+            bounds=JS_RANGE,
+            noise=ReplicateNoise("option_js", "pair"),
+        ),
+        MetricSpec(
+            "next_token_js",
+            ITEM,
+            unit="JS divergence (nats)",
+            null="tolerance",
+            tolerance=1e-4,
+            bounds=JS_RANGE,
+        ),
+        MetricSpec(
+            "p_gold_sd",
+            ITEM,
+            unit="probability",
+            null="replicate",
+            headline=1,
+            label="SD of P(gold) (probability)",
+            sesoi=0.01,
+            bounds=(0.0, 0.5),
+            noise=ReplicateNoise("p_gold_gap", "sd"),
+        ),
+        MetricSpec(
+            "p_gold_range",
+            ITEM,
+            unit="probability",
+            null="replicate",
+            sesoi=0.02,
+            bounds=UNIT,
+            noise=ReplicateNoise("p_gold_gap", "range"),
+        ),
+        MetricSpec("margin_flip", ITEM, tasks=OPTIONS, null="tolerance", bounds=UNIT),
+    ],
+)
 def _confidence_item_scores(view: ExampleView) -> list[ItemScore]:
     return confidence_scores(view.outputs, view.families, view.next_token_probs, view.p_gold)
 
@@ -121,7 +169,13 @@ def calibration_by_family(
     return eces, ece_spread(eces, kept)
 
 
-@dataset_scorer("calibration")
+@dataset_scorer(
+    "calibration",
+    metrics=[
+        MetricSpec("ece", DATASET, unit="calibration error"),
+        MetricSpec("ece_spread", DATASET, unit="calibration error"),
+    ],
+)
 class Calibration:
     """ECE per family and its spread: bin counts and sums per chunk, exact at the end."""
 

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from sago_fast.axes.catalogue import ITEM, UNIT, MetricSpec
 from sago_fast.axes.items import ExampleView, item_scorer
 from sago_fast.axes.records import ExampleOutputs, ItemScore
 from sago_fast.kernels.agreement import pairwise_agreement
@@ -68,12 +69,33 @@ def text_agreement_scores(
     return out
 
 
-@item_scorer("generation", AXIS)
+@item_scorer(
+    "generation",
+    AXIS,
+    metrics=[
+        MetricSpec(
+            "answer_disagreement",
+            ITEM,
+            null="tolerance",
+            headline=0,
+            label="answer disagreement (share of variant pairs)",
+            bounds=UNIT,
+        ),
+        MetricSpec("correctness_flip", ITEM, null="tolerance", bounds=UNIT),
+        MetricSpec("flip_rate", ITEM, null="tolerance", bounds=UNIT),
+        MetricSpec("worst_case", ITEM, direction="lower", unit="correct (0/1)", bounds=UNIT),
+    ],
+)
 def _generation_item_scores(view: ExampleView) -> list[ItemScore]:
     return generation_scores(view.outputs, view.families)
 
 
-@item_scorer("token_f1", AXIS, tasks=("generation",))
+@item_scorer(
+    "token_f1",
+    AXIS,
+    tasks=("generation",),
+    metrics=[MetricSpec("token_f1_disagreement", ITEM, tasks=("generation",), null="tolerance", bounds=UNIT)],
+)
 def _token_f1_item_scores(view: ExampleView) -> list[ItemScore]:
     assert view.texts is not None, "generation tasks carry their generated texts"
     return text_agreement_scores(view.outputs, view.texts, view.families)

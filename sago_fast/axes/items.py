@@ -3,8 +3,9 @@
 An axis module registers one :class:`ItemScorer` per group of metrics it computes from one example's
 variants; the run hub (:mod:`sago_fast.run.chunk`) calls every scorer registered for the example's
 task type and writes what it returns to ``item_scores``. Every metric a scorer writes must be in the
-metric catalogue (:mod:`sago_fast.axes.catalogue`), which the hub checks. Adding a metric therefore
-touches its axis module and the catalogue only (README, "Adding a metric").
+metric catalogue (:mod:`sago_fast.axes.catalogue`), which the hub checks; a scorer declares its metrics
+on its decorator (``metrics=``). Adding a metric therefore touches its axis module only (and the
+README's table; "Adding a metric").
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from sago_fast.axes.catalogue import MetricSpec, declare
 from sago_fast.axes.records import ExampleOutputs, ItemScore
 from sago_fast.registry import Registry
 from sago_fast.types import TASK_TYPES
@@ -51,11 +53,15 @@ class ItemScorer:
 ITEM_SCORERS: Registry[ItemScorer] = Registry("item scorer")
 
 
-def item_scorer(name: str, axis: str, tasks: tuple[str, ...] = TASK_TYPES) -> Callable:
-    """Decorator registering ``fn(view) -> list[ItemScore]`` as the item scorer ``name``."""
+def item_scorer(
+    name: str, axis: str, tasks: tuple[str, ...] = TASK_TYPES, metrics: Sequence[MetricSpec] = ()
+) -> Callable:
+    """Decorator registering ``fn(view) -> list[ItemScore]`` as the item scorer ``name``, and declaring
+    the metrics it writes (``metrics``: their catalogue entries, filed under ``axis``)."""
 
     def add(fn: Callable[[ExampleView], list[ItemScore]]) -> Callable[[ExampleView], list[ItemScore]]:
         ITEM_SCORERS.add(name, ItemScorer(axis, fn, tasks))
+        declare(axis, metrics)
         return fn
 
     return add

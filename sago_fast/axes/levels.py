@@ -11,7 +11,8 @@ scorer states its level and what it needs:
   chunk, so a resumed unit has them all) and a *finish* that combines the partials of every chunk into
   rows of any table, once the unit's last chunk is in.
 
-Every metric a scorer writes must be in the metric catalogue under the scorer's axis; the hub checks.
+Every metric a scorer writes is declared on its decorator (``metrics=``: catalogue entries under the
+scorer's axis); the hub checks that it writes no other.
 """
 
 from __future__ import annotations
@@ -24,9 +25,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from sago_fast.axes.catalogue import MetricSpec, declare
 from sago_fast.axes.records import ExampleOutputs, ScoredRows
 from sago_fast.registry import Registry
-from sago_fast.types import TASK_TYPES
 
 Partial = dict[str, np.ndarray]  # what one dataset scorer keeps of one chunk
 MIN_LAYOUT_EXAMPLES = 3  # activation metrics need other examples to compare with
@@ -110,7 +111,6 @@ class LayerScorer:
 
     axis: str
     score: Callable[[ActivationBlock, UnitContext], list]
-    tasks: tuple[str, ...] = TASK_TYPES
 
 
 class DatasetScorer(Protocol):
@@ -128,29 +128,29 @@ LAYER_SCORERS: Registry[LayerScorer] = Registry("layer scorer")
 DATASET_SCORERS: Registry[DatasetScorer] = Registry("dataset scorer")
 
 
-def layer_scorer(name: str, axis: str) -> Callable:
-    """Decorator registering ``fn(block, context) -> list[LayerScores]`` as the layer scorer ``name``."""
+def layer_scorer(name: str, axis: str, metrics: Sequence[MetricSpec] = ()) -> Callable:
+    """Decorator registering ``fn(block, context) -> list[LayerScores]`` as the layer scorer ``name``, and
+    declaring the metrics it writes (``metrics``, filed under ``axis``)."""
 
     def add(fn: Callable) -> Callable:
         LAYER_SCORERS.add(name, LayerScorer(axis, fn))
+        declare(axis, metrics)
         return fn
 
     return add
 
 
-def dataset_scorer(name: str) -> Callable:
-    """Class decorator registering an instance of a :class:`DatasetScorer` class as ``name``."""
+def dataset_scorer(name: str, metrics: Sequence[MetricSpec] = ()) -> Callable:
+    """Class decorator registering an instance of a :class:`DatasetScorer` class as ``name``, and
+    declaring the metrics it writes (``metrics``, filed under the class's ``axis``)."""
 
     def add(cls: type) -> type:
-        DATASET_SCORERS.add(name, cls())
+        scorer = cls()
+        DATASET_SCORERS.add(name, scorer)
+        declare(scorer.axis, metrics)
         return cls
 
     return add
-
-
-def registered(registry: Registry) -> list[tuple[str, object]]:
-    """(name, scorer) in name order."""
-    return [(name, registry.get(name)) for name in registry.names()]
 
 
 # -- chunk state: every dataset scorer's partial of one chunk, as one .npz blob ------------------------

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from sago_fast.axes.catalogue import ITEM, OPTIONS, UNIT, MetricSpec
 from sago_fast.axes.items import ExampleView, item_scorer
 from sago_fast.axes.records import ExampleOutputs, ItemScore
 from sago_fast.kernels.agreement import answer_key
@@ -80,11 +81,73 @@ def prompt_echo_scores(
     return out
 
 
-@item_scorer("mirroring", AXIS, tasks=("multiple_choice", "pairwise"))
+@item_scorer(
+    "mirroring",
+    AXIS,
+    tasks=("multiple_choice", "pairwise"),
+    metrics=[
+        MetricSpec(
+            "position_mirroring",
+            ITEM,
+            tasks=("multiple_choice",),
+            null="chance",
+            headline=1,
+            family="option_permutation",
+            label="position kept (share of moved answers)",
+            bounds=UNIT,
+        ),
+        MetricSpec(
+            "position_chance", ITEM, tasks=("multiple_choice",), family="option_permutation", bounds=UNIT
+        ),
+        MetricSpec(
+            "mirroring_log_odds",
+            ITEM,
+            tasks=("multiple_choice",),
+            unit="log odds",
+            family="option_permutation",
+        ),
+        MetricSpec(
+            "cue_following",
+            ITEM,
+            tasks=OPTIONS,
+            unit="probability",
+            null="tolerance",
+            tolerance=0.0,
+            headline=0,
+            family="wrong_hint",
+            label="shift in P(hinted option) (probability)",
+            bounds=(-1.0, 1.0),
+        ),
+        MetricSpec(
+            "swap_consistency",
+            ITEM,
+            tasks=("pairwise",),
+            direction="lower",
+            null="tolerance",
+            family="pair_swap",
+            bounds=UNIT,
+        ),
+    ],
+)
 def _mirroring_item_scores(view: ExampleView) -> list[ItemScore]:
     return mirroring_scores(view.outputs)
 
 
-@item_scorer("prompt_echo", AXIS, tasks=("generation",))
+@item_scorer(
+    "prompt_echo",
+    AXIS,
+    tasks=("generation",),
+    metrics=[
+        MetricSpec(
+            "prompt_echo",
+            ITEM,
+            tasks=("generation",),
+            null="tolerance",
+            headline=2,
+            label="prompt echo (share of variants)",
+            bounds=UNIT,
+        )
+    ],
+)
 def _prompt_echo_item_scores(view: ExampleView) -> list[ItemScore]:
     return prompt_echo_scores(view.outputs, view.prompts, view.families)

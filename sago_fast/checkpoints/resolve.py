@@ -56,10 +56,6 @@ class Checkpoint:
         """The path to show and record: the GGUF file for converted checkpoints, else the folder."""
         return self.origin or self.path
 
-    @property
-    def short_id(self) -> str:
-        return self.content_hash[:16]
-
 
 def _weight_files(path: Path, allow_pickle: bool) -> tuple[str, ...]:
     from sago_fast.checkpoints.tensors import safetensors_header

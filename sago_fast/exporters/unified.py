@@ -42,9 +42,6 @@ import torch
 from optimum.exporters.onnx.model_patcher import ModelPatcher, preprocess_past_key_values
 
 from sago_fast.exporters.pooled import TASK, base_onnx_config_class
-from sago_fast.types import POOLED_OUTPUTS
-
-OUTPUT_NAMES = POOLED_OUTPUTS
 
 
 def _last_columns(values: torch.Tensor, new_ids: torch.Tensor) -> torch.Tensor:

@@ -14,6 +14,7 @@ import time
 import traceback
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from sago_fast.checkpoints.resolve import Checkpoint
 from sago_fast.errors import raise_if_interrupted
@@ -99,52 +100,63 @@ def evaluate_checkpoint(
         return
     with model:
         for unit in units:
-            data = datasets[unit.dataset_id]
-            unit_start = time.perf_counter()
-            label = f"{checkpoint.display_path.name} × {data.name}"
-            model.progress = (
-                progress.unit_started(label, unit.unit_id) if progress is not None else NoProgress()
+            yield from _units_outcomes(
+                model, unit, datasets[unit.dataset_id], variants, config, progress, resume, stop_rule
             )
-            facts = ModelFacts.of(model, unit.aliases)
-            try:
-                for record in drive_unit(
-                    model,
-                    data,
-                    variants[unit.dataset_id],
-                    config.answer_settings,
-                    config.stream_settings,
-                    config.sequential,
-                    done=(resume or {}).get(unit.unit_id, NOTHING_DONE),
-                    stop_rule=stop_rule,
-                    unit_id=unit.unit_id,
-                    aliases=unit.aliases,
-                ):
-                    if isinstance(record, UnitEnd):
-                        end = record
-                    else:
-                        yield ChunkOutcome(unit.unit_id, where, unit.dataset_id, record, facts)
-            except Exception as exc:
-                raise_if_interrupted(exc)
-                error = _describe(exc)
-                yield UnitOutcome(
-                    unit.unit_id, where, unit.dataset_id, None, error, time.perf_counter() - unit_start
-                )
-                continue
-            finally:
-                model.progress.close()
-                model.progress = NoProgress()
-            if end.stop_reason is not None:
-                log.info(
-                    "%s × %s: sequential unit stopped (%s) after %d of %d examples",
-                    where,
-                    data.name,
-                    end.stop_reason,
-                    end.n_visited,
-                    end.n_examples,
-                )
-            yield UnitOutcome(
-                unit.unit_id, where, unit.dataset_id, end, None, time.perf_counter() - unit_start
-            )
+
+
+def _units_outcomes(
+    model: Any,
+    unit: Unit,
+    data: Dataset,
+    variants: dict[str, list[Variant]],
+    config: RunConfig,
+    progress: RunProgress | None,
+    resume: Mapping[str, ChunksDone] | None,
+    stop_rule: StopRule,
+) -> Iterator[ChunkOutcome | UnitOutcome]:
+    """One unit through :func:`~sago_fast.run.driver.drive_unit`: its chunks, then its outcome."""
+    where = str(model.checkpoint.display_path)
+    start = time.perf_counter()
+    label = f"{model.checkpoint.display_path.name} × {data.name}"
+    model.progress = progress.unit_started(label, unit.unit_id) if progress is not None else NoProgress()
+    facts = ModelFacts.of(model, unit.aliases)
+    try:
+        for record in drive_unit(
+            model,
+            data,
+            variants[unit.dataset_id],
+            config.answer_settings,
+            config.stream_settings,
+            config.sequential,
+            done=(resume or {}).get(unit.unit_id, NOTHING_DONE),
+            stop_rule=stop_rule,
+            unit_id=unit.unit_id,
+            aliases=unit.aliases,
+        ):
+            if isinstance(record, UnitEnd):
+                end = record
+            else:
+                yield ChunkOutcome(unit.unit_id, where, unit.dataset_id, record, facts)
+    except Exception as exc:
+        raise_if_interrupted(exc)
+        yield UnitOutcome(
+            unit.unit_id, where, unit.dataset_id, None, _describe(exc), time.perf_counter() - start
+        )
+        return
+    finally:
+        model.progress.close()
+        model.progress = NoProgress()
+    if end.stop_reason is not None:
+        log.info(
+            "%s × %s: sequential unit stopped (%s) after %d of %d examples",
+            where,
+            data.name,
+            end.stop_reason,
+            end.n_visited,
+            end.n_examples,
+        )
+    yield UnitOutcome(unit.unit_id, where, unit.dataset_id, end, None, time.perf_counter() - start)
 
 
 def _describe(exc: BaseException) -> str:

@@ -32,14 +32,12 @@ from sago_fast.axes.levels import (
     UnitContext,
 )
 from sago_fast.axes.records import ExampleOutputs, ItemScore, LayerScores, ScoredRows
-from sago_fast.errors import InputError
-from sago_fast.run.records import ChunkRecords, mode_answer_records, output_records
+from sago_fast.run.records import ChunkRecords, ModelFacts, mode_answer_records, output_records
 from sago_fast.run.stream_settings import StreamSettings
-from sago_fast.runtime.answering import AnswerSettings, AnyAnswer, UnitAnswers, answer_unit
+from sago_fast.runtime.answering import AnswerSettings, AnyAnswer, UnitAnswers, answer_chunk
 from sago_fast.runtime.free_answers import FreeAnswer
 from sago_fast.runtime.options import OptionAnswer
-from sago_fast.runtime.prompting import model_prompts
-from sago_fast.types import Dataset, Example, Variant
+from sago_fast.types import Example, Variant
 
 if TYPE_CHECKING:
     from sago_fast.runtime.protocol import LanguageModel
@@ -109,47 +107,12 @@ def unit_context(
     )
 
 
-def model_context(model: LanguageModel, variants: Sequence[Variant], stream: StreamSettings) -> UnitContext:
-    manifest = model.exported.manifest  # type: ignore[attr-defined]
-    return unit_context(variants, stream, int(manifest["n_layers"]), int(manifest["d_model"]))
+def model_context(model: ModelFacts, variants: Sequence[Variant], stream: StreamSettings) -> UnitContext:
+    return unit_context(variants, stream, model.n_layers, model.d_model)
 
 
-def model_variant_bytes(model: LanguageModel) -> int:
-    manifest = model.exported.manifest  # type: ignore[attr-defined]
-    return variant_bytes(int(manifest["vocab_size"]), int(manifest["n_layers"]), int(manifest["d_model"]))
-
-
-# -- checks before work ------------------------------------------------------------------------------------
-def check_fits(
-    model: LanguageModel,
-    data: Dataset,
-    variants: Sequence[Variant],
-    settings: AnswerSettings,
-    batch: int = 4096,
-) -> None:
-    """Every variant's prompt plus what is appended to it (the longest option, or the generated tokens and
-    the longest reference) must fit the model's positions; characters bound tokens from above. Prompts
-    are tokenized ``batch`` at a time and only their lengths kept."""
-    limit = model.max_positions
-    if limit is None:
-        return
-    examples = {e.example_id: e for e in data.examples}
-    generation = settings.generation
-    for start in range(0, len(variants), batch):
-        part = variants[start : start + batch]
-        token_ids = model_prompts(model.tokenizer, part, settings.prompt_format).token_ids(model.tokenizer)
-        for variant, ids in zip(part, token_ids, strict=True):
-            example = examples[variant.example_id]
-            if example.has_options:
-                extra = max(len(o) for o in example.options)
-            else:
-                extra = max(generation.max_new_tokens, *(len(a) + 1 for a in example.answers))
-            if len(ids) + extra > limit:
-                raise InputError(
-                    f"dataset {data.name!r}: variant {variant.variant_id} needs about {len(ids) + extra} tokens, "
-                    f"more than the model's {limit} positions (drop long families such as fewshot_order, lower "
-                    "--max-new-tokens, or use a model with a longer context)"
-                )
+def model_variant_bytes(model: ModelFacts) -> int:
+    return variant_bytes(model.vocab_size, model.n_layers, model.d_model)
 
 
 # -- one chunk -----------------------------------------------------------------------------------------------
@@ -158,28 +121,6 @@ def answer_confidence(answer: AnyAnswer) -> float:
     if isinstance(answer, OptionAnswer):
         return float(np.exp(answer.option_logprobs).max())
     return float(np.exp(answer.generation.logprob))
-
-
-def answer_variants(
-    model: LanguageModel, examples: Sequence[Example], variants: Sequence[Variant], settings: AnswerSettings
-) -> UnitAnswers:
-    prompts = model_prompts(model.tokenizer, variants, settings.prompt_format)
-    return answer_unit(model, examples, variants, prompts, prompts.token_ids(model.tokenizer), settings)
-
-
-def answer_alone(
-    model: LanguageModel, examples: Sequence[Example], variants: Sequence[Variant], settings: AnswerSettings
-) -> UnitAnswers:
-    """The replicate pass: ``variants`` re-run one prompt per call (other batch composition, no padding);
-    what it gives against the first pass is the noise floor the statistics compare instability with."""
-    from sago_fast.runtime.batching import BatchPolicy
-
-    saved = model.batch_policy
-    model.batch_policy = BatchPolicy(token_budget=saved.token_budget, max_batch=1)
-    try:
-        return answer_variants(model, examples, variants, settings)
-    finally:
-        model.batch_policy = saved
 
 
 def example_outputs(
@@ -331,7 +272,7 @@ def score_chunk(
 
 
 def plan_unit_chunks(
-    model: LanguageModel,
+    model: ModelFacts,
     variants: Sequence[Variant],
     stream: StreamSettings,
     done: frozenset[str] = frozenset(),
@@ -353,9 +294,8 @@ def evaluate_chunk(
     """Answer one chunk's variants (whole examples, in order), re-run its canonical prompts alone (the
     replicate pass) and score it: its records, the probe arrays dropped."""
     chunk_examples = [examples[e] for e in examples_in_order(variants)]
-    answers = answer_variants(model, chunk_examples, variants, settings)
+    answers, alone = answer_chunk(model, chunk_examples, variants, settings)
     canonical = [v for v in variants if v.is_canonical]
-    alone = answer_alone(model, chunk_examples, canonical, settings)
     scored, partials, correct = score_chunk(context, examples, variants, answers, alone)
     tokenizer = model.tokenizer
     outputs = output_records(tokenizer, examples, variants, answers, replicate=0)

@@ -3,7 +3,7 @@
 :func:`drive_unit` is the only unit driver. ``sago run`` (in this process, in Ray tasks, in lockstep
 under ``--until-separated``), :func:`evaluate_unit` (library use, tests, the README) all go through it:
 
-1. check that every prompt fits the model, plan the chunks (whole examples, as many as the memory budget
+1. check that every prompt fits the model (:func:`~sago_fast.runtime.answering.check_prompts_fit`), plan the chunks (whole examples, as many as the memory budget
    holds; a sequential unit in its visiting order, within its budget) and leave out committed ones;
 2. per chunk: answer and score it (:func:`~sago_fast.run.chunk.evaluate_chunk`), then, for a sequential
    unit, feed its followed values to the confidence sequences; yield its :class:`ChunkRecords`;
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from sago_fast.axes.levels import Partial
-from sago_fast.run.chunk import check_fits, evaluate_chunk, finish_unit, model_context, plan_unit_chunks
+from sago_fast.run.chunk import evaluate_chunk, finish_unit, model_context, plan_unit_chunks
 from sago_fast.run.records import ChunkRecords, ModelFacts, UnitEnd
 from sago_fast.run.sequential import (
     SequentialSettings,
@@ -30,7 +30,7 @@ from sago_fast.run.sequential import (
     start_sequence,
 )
 from sago_fast.run.stream_settings import StreamSettings
-from sago_fast.runtime.answering import AnswerSettings
+from sago_fast.runtime.answering import AnswerSettings, check_prompts_fit
 from sago_fast.runtime.generate import GenerationSettings
 from sago_fast.store import rows as build
 from sago_fast.store.rows import TableRows
@@ -66,10 +66,11 @@ def drive_unit(
     chunk and after each (after a yield: when the consumer comes back for more); aliases: every checkpoint
     name under which the run met this model's content."""
     ordered, tracker = start_sequence(variants, sequential or SequentialSettings(), done.sequence_values)
-    check_fits(model, data, variants, settings)
-    context = model_context(model, ordered, stream)
+    check_prompts_fit(model, data, variants, settings)
+    facts = ModelFacts.of(model, aliases)
+    context = model_context(facts, ordered, stream)
     examples = {e.example_id: e for e in data.examples}
-    chunks = plan_unit_chunks(model, ordered, stream, frozenset(done.example_ids))
+    chunks = plan_unit_chunks(facts, ordered, stream, frozenset(done.example_ids))
     stop = stop_rule(unit_id, tracker) if tracker is not None else None  # stopped before an interruption
     for offset, chunk_variants in enumerate(chunks):
         if stop is not None:
@@ -88,7 +89,7 @@ def drive_unit(
         stop = tracker.end_reason(len(data.examples))
     yield UnitEnd(
         context,
-        ModelFacts.of(model, aliases),
+        facts,
         len(data.examples),
         len(variants),
         stop,

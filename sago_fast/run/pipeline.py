@@ -96,118 +96,152 @@ def run(
         comparison_monitor(plan, config)
     shard = parse_shard(config.shard)
     units = [u for u in plan.units if shard is None or u.index % shard[1] == shard[0]]
-    row = run_row(plan.run_id, command, config.as_json(), config.device, "", "running")
-    sink: Sink = (
-        DuckDBSink(config.db, row)  # type: ignore[arg-type]
-        if shard is None
-        else ParquetShardSink(config.shard_dir, row, [u.unit_id for u in plan.units])  # type: ignore[arg-type]
-    )
+    sink = _open_sink(config, plan, command, shard is not None)
     finished = sink.finished(plan.run_id, [u.unit_id for u in units])
     todo = [u for u in units if u.unit_id not in finished]
     skipped = len(units) - len(todo)
-    results: list[UnitResult] = []
-    failed: list[tuple[str, str]] = []
-    provider = ""
-    shown = RunProgress.choose(len(units), skipped, progress)
-    by_id = {u.unit_id: u for u in todo}
+    writer = _Writer(sink, plan, config, todo, RunProgress.choose(len(units), skipped, progress))
     interrupted = False
     try:  # from here on, a Ctrl-C says what is kept and how to resume
-        # the finished units' chunks too when their values feed comparisons with the units to do
-        committed = plan.units if config.until_separated else todo
-        resume = {u.unit_id: sink.chunks_done(plan.run_id, u.unit_id) for u in committed}
-        resume = {unit_id: done for unit_id, done in resume.items() if done.n_chunks}
+        resume = _committed_chunks(sink, plan, config, todo, skipped, len(units))
         if light_start and config.executor == "local":
             start_without_torch_if_exported(
                 {u.model_id: u.checkpoint for u in todo}.values(), device, config.cache_dir
             )
-        if skipped:
-            log.info("run %s: %d of %d units already done, skipped", plan.run_id, skipped, len(units))
-        for unit_id, done in resume.items():
-            if unit_id not in by_id:
-                continue
+        writer.consume(_outcomes(plan, todo, config, writer.shown, resume), resume)
+    except KeyboardInterrupt:
+        # wherever Ctrl-C lands (a unit, a write, between units): one line saying what is kept
+        interrupted = True
+        kept_in = config.db if config.shard is None else config.shard_dir
+        raise Interrupted(
+            f"{len(writer.results) + skipped} of {len(units)} units are finished and kept in {kept_in}, with the "
+            "chunks committed of the unit in progress; only the chunk in progress was not written. Run the same "
+            "command again to resume."
+        ) from None
+    finally:
+        writer.close(interrupted)
+    if shard is None and config.stats and not writer.failed:
+        _statistics(config.db, plan.run_id, fresh=bool(writer.results), n_units=len(units))  # type: ignore[arg-type]
+    result = RunResult(
+        plan.run_id,
+        None if config.db is None else str(config.db),
+        writer.provider,
+        tuple(writer.results),
+        skipped,
+        tuple(writer.failed),
+        None if config.shard_dir is None else str(config.shard_dir),
+    )
+    _raise_failures(result, plan, len(units))
+    return result
+
+
+def _open_sink(config: RunConfig, plan: Plan, command: str, sharded: bool) -> Sink:
+    """The results file (the run's row written, claimed by this process) or the shard folder."""
+    row = run_row(plan.run_id, command, config.as_json(), config.device, "", "running")
+    if not sharded:
+        return DuckDBSink(config.db, row)  # type: ignore[arg-type]
+    return ParquetShardSink(config.shard_dir, row, [u.unit_id for u in plan.units])  # type: ignore[arg-type]
+
+
+def _committed_chunks(
+    sink: Sink, plan: Plan, config: RunConfig, todo: list[Unit], skipped: int, n_units: int
+) -> dict[str, ChunksDone]:
+    """The chunks earlier invocations committed, of the units to do (and of the finished ones too when
+    their values feed comparisons with the units to do); says what is resumed."""
+    committed = plan.units if config.until_separated else todo
+    resume = {u.unit_id: sink.chunks_done(plan.run_id, u.unit_id) for u in committed}
+    resume = {unit_id: done for unit_id, done in resume.items() if done.n_chunks}
+    if skipped:
+        log.info("run %s: %d of %d units already done, skipped", plan.run_id, skipped, n_units)
+    todo_ids = {u.unit_id for u in todo}
+    for unit_id, done in resume.items():
+        if unit_id in todo_ids:
             log.info(
                 "unit %s: resuming after %d committed chunks (%d examples)",
                 unit_id,
                 done.n_chunks,
                 len(done.example_ids),
             )
+    return resume
+
+
+class _Writer:
+    """Writes each outcome as it comes (a chunk: its rows, one transaction; a unit: its finish) and keeps
+    what the invocation did: finished units, failures, the execution provider."""
+
+    def __init__(
+        self, sink: Sink, plan: Plan, config: RunConfig, todo: list[Unit], shown: RunProgress
+    ) -> None:
+        self.sink, self.plan, self.config, self.shown = sink, plan, config, shown
+        self.by_id = {u.unit_id: u for u in todo}
+        self.results: list[UnitResult] = []
+        self.failed: list[tuple[str, str]] = []
+        self.provider = ""
+
+    def consume(self, outcomes: Iterator[ChunkOutcome | UnitOutcome], resume: dict[str, ChunksDone]) -> None:
         examples_done = {unit_id: len(done.example_ids) for unit_id, done in resume.items()}
-        for outcome in _outcomes(plan, todo, config, shown, resume):
-            data = plan.datasets[outcome.dataset_id]
+        for outcome in outcomes:
+            data = self.plan.datasets[outcome.dataset_id]
             where = f"{outcome.checkpoint} × {data.name}"
             if isinstance(outcome, ChunkOutcome):
-                chunk = outcome.records
-                rows = build.chunk_rows(
-                    plan.run_id,
-                    outcome.unit_id,
-                    data,
-                    outcome.model,
-                    chunk,
-                    config.sequential,
-                    outcome.comparisons,
-                )
-                _write(
-                    sink, where, partial(sink.write_chunk, plan.run_id, outcome.unit_id, chunk.index, rows)
-                )
+                self._chunk(outcome, data, where)
                 examples_done[outcome.unit_id] = examples_done.get(outcome.unit_id, 0) + outcome.n_examples
-                total = len(plan.datasets[outcome.dataset_id].examples)
-                total = min(total, config.budget) if config.budget is not None else total  # at most
-                shown.examples(where, examples_done[outcome.unit_id], total, outcome.unit_id)
-                continue
-            if outcome.end is None:
-                failed.append((where, outcome.error or "unknown error"))
-                log.error("unit %s failed: %s", where, outcome.error)
+                total = len(data.examples)
+                total = min(total, self.config.budget) if self.config.budget is not None else total  # at most
+                self.shown.examples(where, examples_done[outcome.unit_id], total, outcome.unit_id)
             else:
-                results.append(_finish(sink, plan.run_id, by_id[outcome.unit_id], data, outcome, where))
-                provider = outcome.end.model.provider or provider
-                log.info("unit %s done in %.1fs", where, outcome.seconds)
-            shown.unit_finished(where, outcome.error, outcome.seconds, outcome.unit_id)
-    except KeyboardInterrupt:
-        # wherever Ctrl-C lands (a unit, a write, between units): one line saying what is kept
-        interrupted = True
-        kept_in = config.db if config.shard is None else config.shard_dir
-        raise Interrupted(
-            f"{len(results) + skipped} of {len(units)} units are finished and kept in {kept_in}, with the chunks "
-            "committed of the unit in progress; only the chunk in progress was not written. Run the same "
-            "command again to resume."
-        ) from None
-    finally:
-        shown.close()
-        complete = not failed and len(results) == len(todo)
-        # "unscored": every unit is done and the statistics are still to come (or left to `sago stats`)
+                self._unit(outcome, data, where)
+
+    def _chunk(self, outcome: ChunkOutcome, data: Dataset, where: str) -> None:
+        run_id, chunk = self.plan.run_id, outcome.records
+        rows = build.chunk_rows(
+            run_id, outcome.unit_id, data, outcome.model, chunk, self.config.sequential, outcome.comparisons
+        )
+        _write(self.sink, where, partial(self.sink.write_chunk, run_id, outcome.unit_id, chunk.index, rows))
+
+    def _unit(self, outcome: UnitOutcome, data: Dataset, where: str) -> None:
+        if outcome.end is None:
+            self.failed.append((where, outcome.error or "unknown error"))
+            log.error("unit %s failed: %s", where, outcome.error)
+        else:
+            unit = self.by_id[outcome.unit_id]
+            self.results.append(_finish(self.sink, self.plan.run_id, unit, data, outcome, where))
+            self.provider = outcome.end.model.provider or self.provider
+            log.info("unit %s done in %.1fs", where, outcome.seconds)
+        self.shown.unit_finished(where, outcome.error, outcome.seconds, outcome.unit_id)
+
+    def close(self, interrupted: bool) -> None:
+        """Record how the run ended ("unscored": every unit is done and the statistics are still to come,
+        or left to `sago stats`) and close the sink."""
+        self.shown.close()
+        complete = not self.failed and len(self.results) == len(self.by_id)
         status = "interrupted" if interrupted else "unscored" if complete else "failed"
         try:
-            sink.finish(plan.run_id, status, provider)
+            self.sink.finish(self.plan.run_id, status, self.provider)
         except Exception as exc:  # e.g. the disk is still full: the error already on its way says so
-            log.warning("could not record the status of run %s: %s", plan.run_id, exc)
+            log.warning("could not record the status of run %s: %s", self.plan.run_id, exc)
         finally:
-            sink.close()
-    if shard is None and config.stats and not failed:
-        _statistics(config.db, plan.run_id, fresh=bool(results), n_units=len(units))  # type: ignore[arg-type]
-    result = RunResult(
-        plan.run_id,
-        None if config.db is None else str(config.db),
-        provider,
-        tuple(results),
-        skipped,
-        tuple(failed),
-        None if config.shard_dir is None else str(config.shard_dir),
-    )
-    if failed:
+            self.sink.close()
+
+
+def _raise_failures(result: RunResult, plan: Plan, n_units: int) -> None:
+    """:class:`UnitsFailedError` when units failed or training-run members were skipped (the others are
+    written, and their statistics computed)."""
+    if result.failed:
+        failed = result.failed
         reasons = "; ".join(f"{where}: {reason}" for where, reason in failed[:3])
         more = f" (and {len(failed) - 3} more)" if len(failed) > 3 else ""
+        kept = len(result.units) + result.skipped
         raise UnitsFailedError(
-            f"{len(failed)} of {len(units)} units failed (the {len(results) + skipped} others are kept): {reasons}{more}",
-            result,
+            f"{len(failed)} of {n_units} units failed (the {kept} others are kept): {reasons}{more}", result
         )
-    if plan.skipped:  # the run's other checkpoints are evaluated (and their statistics computed)
+    if plan.skipped:
         where, why = plan.skipped[0]
         more = f" (and {len(plan.skipped) - 1} more)" if len(plan.skipped) > 1 else ""
         raise UnitsFailedError(
             f"{len(plan.skipped)} training-run member(s) skipped, the others are kept: {where}: {why}{more}",
             result,
         )
-    return result
 
 
 def _statistics(db: Any, run_id: str, *, fresh: bool, n_units: int) -> None:

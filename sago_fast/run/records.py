@@ -183,6 +183,18 @@ class ModelFacts:
     aliases: tuple[Any, ...] = ()
     provider: str = ""
 
+    @property
+    def n_layers(self) -> int:
+        return int(self.manifest["n_layers"])
+
+    @property
+    def d_model(self) -> int:
+        return int(self.manifest["d_model"])
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.manifest["vocab_size"])
+
     @classmethod
     def of(cls, model: Any, aliases: Sequence[Any] = ()) -> ModelFacts:
         manifest = dict(model.exported.manifest)

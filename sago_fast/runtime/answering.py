@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from sago_fast.errors import InputError
 from sago_fast.runtime.free_answers import FreeAnswer, answer_generations_prefilled
 from sago_fast.runtime.generate import GenerationSettings
 from sago_fast.runtime.options import (
@@ -24,8 +25,8 @@ from sago_fast.runtime.options import (
     answer_modes_prefilled,
     check_answer_mode,
 )
-from sago_fast.runtime.prompting import ModelPrompts, PromptFormat
-from sago_fast.types import Example, ProbeResult, Variant
+from sago_fast.runtime.prompting import ModelPrompts, PromptFormat, model_prompts
+from sago_fast.types import Dataset, Example, ProbeResult, Variant
 
 if TYPE_CHECKING:
     from sago_fast.runtime.protocol import LanguageModel
@@ -137,3 +138,60 @@ def answer_all(
     prompts = ModelPrompts(tuple(v.prompt for v in variants), chat=False)
     settings = AnswerSettings(generation=generation)
     return answer_unit(model, examples, variants, prompts, token_ids, settings, modes=("cloze",)).primary
+
+
+def answer_chunk(
+    model: LanguageModel, examples: Sequence[Example], variants: Sequence[Variant], settings: AnswerSettings
+) -> tuple[UnitAnswers, UnitAnswers]:
+    """Both passes over one chunk's variants, the prompts rendered and tokenized once: every variant in
+    planned batches, then the canonical variants again one prompt per call (the replicate pass: another
+    batch composition, no padding; what it gives against the first is the noise floor the statistics
+    compare instability with)."""
+    from sago_fast.runtime.batching import BatchPolicy
+
+    prompts = model_prompts(model.tokenizer, variants, settings.prompt_format)
+    token_ids = prompts.token_ids(model.tokenizer)
+    answers = answer_unit(model, examples, variants, prompts, token_ids, settings)
+    rows = [i for i, v in enumerate(variants) if v.is_canonical]
+    again = ModelPrompts(tuple(prompts.texts[i] for i in rows), prompts.chat)
+    saved = model.batch_policy
+    model.batch_policy = BatchPolicy(token_budget=saved.token_budget, max_batch=1)
+    try:
+        alone = answer_unit(
+            model, examples, [variants[i] for i in rows], again, [token_ids[i] for i in rows], settings
+        )
+    finally:
+        model.batch_policy = saved
+    return answers, alone
+
+
+def check_prompts_fit(
+    model: LanguageModel,
+    data: Dataset,
+    variants: Sequence[Variant],
+    settings: AnswerSettings,
+    batch: int = 4096,
+) -> None:
+    """Every variant's prompt plus what is appended to it (the longest option, or the generated tokens and
+    the longest reference) must fit the model's positions; characters bound tokens from above. Prompts
+    are tokenized ``batch`` at a time and only their lengths kept."""
+    limit = model.max_positions
+    if limit is None:
+        return
+    examples = {e.example_id: e for e in data.examples}
+    generation = settings.generation
+    for start in range(0, len(variants), batch):
+        part = variants[start : start + batch]
+        token_ids = model_prompts(model.tokenizer, part, settings.prompt_format).token_ids(model.tokenizer)
+        for variant, ids in zip(part, token_ids, strict=True):
+            example = examples[variant.example_id]
+            if example.has_options:
+                extra = max(len(o) for o in example.options)
+            else:
+                extra = max(generation.max_new_tokens, *(len(a) + 1 for a in example.answers))
+            if len(ids) + extra > limit:
+                raise InputError(
+                    f"dataset {data.name!r}: variant {variant.variant_id} needs about {len(ids) + extra} tokens, "
+                    f"more than the model's {limit} positions (drop long families such as fewshot_order, lower "
+                    "--max-new-tokens, or use a model with a longer context)"
+                )

@@ -22,7 +22,6 @@ from sago_fast.errors import InputError
 from sago_fast.runtime.batching import BatchPolicy, left_pad, plan_batches, run_with_backoff
 
 SEGMENT_IDS = "segment_ids"  # graph input of option blocks (see sago_fast.exporters.unified)
-STOP_REASONS = ("eos", "stop", "length")
 
 
 @dataclass(frozen=True)

@@ -168,13 +168,7 @@ class SagoModel:
         if generation is not None:
             self._check_generation()
         if continuations is not None and not self.has_kv_cache:  # no cache to build on: whole sequences
-            probe = self.prefill(token_ids)
-            pairs = [(i, c) for i, conts in enumerate(continuations) for c in conts]
-            whole = self.target_logprobs([[*token_ids[i], *c] for i, c in pairs], [len(c) for _, c in pairs])
-            for (i, _), values in zip(pairs, whole, strict=True):
-                scored[i].append(values)
-            processed = probe.tokens_processed + sum(len(token_ids[i]) + len(c) for i, c in pairs)
-            return Prefill(probe.probe, scored, None, processed)
+            return self._prefill_whole(token_ids, continuations)
 
         def on_prefill(
             batch: np.ndarray,
@@ -212,21 +206,9 @@ class SagoModel:
 
         generations = None
         if generation is None:
-            self.progress.start("prefill", n, "prompt")
-
-            def run_batch(batch: np.ndarray) -> None:
-                ids, mask = left_pad([token_ids[i] for i in batch], self.pad_id)
-                out = self._run(prefill_feeds(self.session, ids, mask), cache=continuations is not None)
-                on_prefill(batch, ids, mask, out)
-
-            groups = prefix_groups(token_ids, self.prefix_sharing, share_keys) if self.has_kv_cache else []
-            grouped = {i for group in groups for i in group.members}
-            alone = np.array([i for i in range(n) if i not in grouped], dtype=np.int64)
-            if len(alone):
-                batches = [alone[part] for part in plan_batches(lengths[alone], self.batch_policy)]
-                self._run_batches(batches, run_batch, tokens)
-            if groups:
-                self._prefill_shared(token_ids, groups, on_prefill, tokens, continuations is not None)
+            self._prefill_prompts(
+                token_ids, lengths, share_keys, on_prefill, tokens, continuations is not None
+            )
         else:
             generations = self._generate(token_ids, generation, on_prefill)
         processed = tokens["prefill"] + tokens["blocks"]
@@ -235,6 +217,46 @@ class SagoModel:
         return Prefill(
             ProbeResult(hidden_last, hidden_mean, next_logprobs, lengths), scored, generations, processed
         )
+
+    def _prefill_whole(
+        self, token_ids: Sequence[Sequence[int]], continuations: Sequence[Sequence[Sequence[int]]]
+    ) -> Prefill:
+        """A graph without a KV cache: the probe pass, and every prompt + continuation as one sequence."""
+        probe = self.prefill(token_ids)
+        scored: list[list[np.ndarray]] = [[] for _ in token_ids]
+        pairs = [(i, c) for i, conts in enumerate(continuations) for c in conts]
+        whole = self.target_logprobs([[*token_ids[i], *c] for i, c in pairs], [len(c) for _, c in pairs])
+        for (i, _), values in zip(pairs, whole, strict=True):
+            scored[i].append(values)
+        processed = probe.tokens_processed + sum(len(token_ids[i]) + len(c) for i, c in pairs)
+        return Prefill(probe.probe, scored, None, processed)
+
+    def _prefill_prompts(
+        self,
+        token_ids: Sequence[Sequence[int]],
+        lengths: np.ndarray,
+        share_keys: Sequence[str] | None,
+        on_prefill: Callable[..., None],
+        tokens: dict[str, int],
+        cache: bool,
+    ) -> None:
+        """Prefill every prompt: those sharing a prefix by groups, the others in planned batches."""
+        n = len(token_ids)
+        self.progress.start("prefill", n, "prompt")
+
+        def run_batch(batch: np.ndarray) -> None:
+            ids, mask = left_pad([token_ids[i] for i in batch], self.pad_id)
+            out = self._run(prefill_feeds(self.session, ids, mask), cache=cache)
+            on_prefill(batch, ids, mask, out)
+
+        groups = prefix_groups(token_ids, self.prefix_sharing, share_keys) if self.has_kv_cache else []
+        grouped = {i for group in groups for i in group.members}
+        alone = np.array([i for i in range(n) if i not in grouped], dtype=np.int64)
+        if len(alone):
+            batches = [alone[part] for part in plan_batches(lengths[alone], self.batch_policy)]
+            self._run_batches(batches, run_batch, tokens)
+        if groups:
+            self._prefill_shared(token_ids, groups, on_prefill, tokens, cache)
 
     def _prefill_shared(
         self,

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from sago_fast.axes.catalogue import CATALOGUE, headline_metrics
 from sago_fast.axes.catalogue import axes as catalogue_axes
-from sago_fast.axes.catalogue import headline_metrics
 from sago_fast.axes.catalogue import metric as catalogue_metric
 from sago_fast.errors import InputError
 from sago_fast.kernels import pairwise
@@ -100,13 +100,11 @@ def load_run(store: Store, run_id: str) -> RunData:
     for model, dataset, axis, metric, family, example, value in rows:
         if value is not None:
             data.items.setdefault((model, dataset, axis, metric, family), {})[example] = float(value)
-    _canonical_outputs(store, data)
-    _, layer = store.query(
-        queries.STATS_REPLICATE_DISTANCE,
-        {"run": run_id},
-    )
+    noise = _canonical_outputs(store, data)
+    _, layer = store.query(queries.STATS_REPLICATE_DISTANCE, {"run": run_id})
     for model, dataset, example, value in layer:
-        data.replicate.setdefault((model, dataset, "dispersion_raw"), {})[example] = float(value)
+        noise.setdefault(("replicate_distance", model, dataset), {})[example] = float(value)
+    _replicate_noise(data, noise)
     _variant_counts(store, data)
     data.model_names = dict(store.query(queries.STATS_MODEL_NAMES)[1])
     data.positions = [tuple(r) for r in store.query(queries.STATS_CHECKPOINT_POSITIONS, {"run": run_id})[1]]  # type: ignore[misc]
@@ -136,12 +134,28 @@ def _variant_counts(store: Store, data: RunData) -> None:
             data.n_variants[(dataset, example, family)] = int(count) + 1
 
 
-def _canonical_outputs(store: Store, data: RunData) -> None:
-    """Canonical accuracy per example and the replicate noise of the confidence metrics."""
+NoiseFigures = dict[tuple[str, str, str], dict[str, float]]  # (source, model, dataset) -> example -> figure
+
+
+def _replicate_noise(data: RunData, figures: NoiseFigures) -> None:
+    """``data.replicate`` of every metric with a replicate null, from the noise source it declares
+    (:class:`~sago_fast.axes.catalogue.ReplicateNoise`): one figure per example, scaled later
+    (:func:`~sago_fast.stats.nulls.like_for_like`)."""
+    declared = [(n, CATALOGUE.get(n).noise) for n in CATALOGUE.names()]
+    for (source, model, dataset), by_example in figures.items():
+        for name, noise in declared:
+            if noise is not None and noise.source == source:
+                data.replicate[(model, dataset, name)] = dict(by_example)
+
+
+def _canonical_outputs(store: Store, data: RunData) -> NoiseFigures:
+    """Canonical accuracy per example, and the replicate pair's output noise figures (``p_gold_gap``,
+    ``option_js``; :data:`~sago_fast.axes.catalogue.NOISE_SOURCES`)."""
     _, rows = store.query(
         queries.STATS_CANONICAL_OUTPUTS,
         {"run": data.run_id},
     )
+    noise: NoiseFigures = {}
     runs: dict[tuple[str, str, str], dict[int, tuple]] = defaultdict(dict)
     for model, dataset, example, replicate, correct, p_gold, option_logprobs in rows:
         runs[(model, dataset, example)][int(replicate)] = (correct, p_gold, option_logprobs)
@@ -156,9 +170,9 @@ def _canonical_outputs(store: Store, data: RunData) -> None:
         _, p_gold_1, option_logprobs_1 = by_replicate[1]
         if p_gold is not None and p_gold_1 is not None:  # the gap; nulls.like_for_like scales it
             gap = abs(float(p_gold) - float(p_gold_1))
-            data.replicate.setdefault((model, dataset, "p_gold_range"), {})[example] = gap
-            data.replicate.setdefault((model, dataset, "p_gold_sd"), {})[example] = gap
+            noise.setdefault(("p_gold_gap", model, dataset), {})[example] = gap
         if option_logprobs is not None and option_logprobs_1 is not None:
             pair = np.exp(np.array([option_logprobs, option_logprobs_1], dtype=np.float64))  # (2, K)
             js = float(pairwise(pair, "js")[0])  # the kernel the confidence axis computes option_js with
-            data.replicate.setdefault((model, dataset, "option_js"), {})[example] = js
+            noise.setdefault(("option_js", model, dataset), {})[example] = js
+    return noise

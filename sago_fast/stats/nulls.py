@@ -39,19 +39,19 @@ def null_for(metric: str) -> NullSpec:
     return NullSpec(spec.null, spec.alternative, spec.tolerance, spec.sesoi)
 
 
-# How the replicate pair's figure maps onto the metric over V noise-only variants:
-#   pair   the metric is a mean over variant pairs of a pairwise figure (dispersion_raw, option_js):
-#          its expectation is that of one pair, so the replicate pair's value is like for like
-#   sd     population SD of V values: the pair's gap d has E|d| = 2 sigma / sqrt(pi), so sigma is
-#          estimated by |d| sqrt(pi) / 2, and E[SD of V] = sigma c4(V) sqrt((V - 1) / V)
-#   range  range of V values: E = sigma d2(V) (the expected range of V standard normals)
-LIKE_FOR_LIKE = {"dispersion_raw": "pair", "option_js": "pair", "p_gold_sd": "sd", "p_gold_range": "range"}
-
-
 def like_for_like(metric: str, replicate_value: float, n_variants: int) -> float:
     """The value ``metric`` takes in expectation over ``n_variants`` renderings that differ only by the
-    noise one replicate pair shows (``replicate_value``: the pair's figure, or |gap| for sd/range)."""
-    kind = LIKE_FOR_LIKE[metric]
+    noise one replicate pair shows (``replicate_value``: the pair's figure, or |gap| for sd/range), by the
+    scaling the metric declares (``MetricSpec.noise``):
+
+    pair   the metric is a mean over variant pairs of a pairwise figure (dispersion_raw, option_js): its
+           expectation is that of one pair, so the replicate pair's value is like for like
+    sd     population SD of V values: the pair's gap d has E|d| = 2 sigma / sqrt(pi), so sigma is
+           estimated by |d| sqrt(pi) / 2, and E[SD of V] = sigma c4(V) sqrt((V - 1) / V)
+    range  range of V values: E = sigma d2(V) (the expected range of V standard normals)"""
+    noise = catalogue_metric(metric).noise
+    assert noise is not None, f"{metric}: only a metric with a replicate null has replicate noise"
+    kind = noise.scaling
     if kind == "pair" or n_variants < 2:
         return replicate_value if kind == "pair" else 0.0
     sigma = replicate_value * math.sqrt(math.pi) / 2

@@ -1,5 +1,5 @@
 """Row builders: the one place where what a run produced (records, :mod:`sago_fast.run.records`) becomes
-table columns.
+table columns. (Records are typed ``Any`` here: the store sits below the run and never imports it.)
 
 A builder returns ``{column: values}`` for :meth:`sago_fast.store.Store.insert`; :data:`TableRows` maps
 table names to such columns. Result tables get the unit's identity (run, model, dataset) added by
@@ -22,7 +22,6 @@ from sago_fast.store.schema import RESULT_TABLES
 
 if TYPE_CHECKING:
     from sago_fast.axes.records import ScoredRows
-    from sago_fast.run.records import ChunkRecords, ModelFacts, UnitEnd
     from sago_fast.types import Dataset, Example, Variant
 
 Columns = dict[str, Any]
@@ -74,7 +73,7 @@ def record_columns(records: Sequence[Any]) -> Columns:
     return {name: [getattr(r, name) for r in records] for name in names}
 
 
-def chunk_tables(dataset_id: str, chunk: ChunkRecords) -> TableRows:
+def chunk_tables(dataset_id: str, chunk: Any) -> TableRows:
     """A chunk's rows without the unit's identity: its examples and variants, both replicates' outputs
     and answer modes, and its item and layer scores."""
     return {
@@ -90,8 +89,8 @@ def chunk_rows(
     run_id: str,
     unit_id: str,
     data: Dataset,
-    model: ModelFacts,
-    chunk: ChunkRecords,
+    model: Any,
+    chunk: Any,
     settings: Any = None,
     comparisons: Sequence[Any] = (),
 ) -> TableRows:
@@ -138,7 +137,7 @@ def chunk_rows(
 
 
 def finish_rows(
-    run_id: str, unit_id: str, shard: int, data: Dataset, end: UnitEnd, scored: ScoredRows, chunks: Any
+    run_id: str, unit_id: str, shard: int, data: Dataset, end: Any, scored: ScoredRows, chunks: Any
 ) -> TableRows:
     """A unit's last rows: its dataset scorers' rows (``scored``, from the committed chunks' partials) and
     its ``units`` row, the done mark (accuracy and seconds summed over ``chunks``: the committed
@@ -169,7 +168,7 @@ def finish_rows(
     return rows
 
 
-def model_rows(run_id: str, model: ModelFacts, data: Dataset) -> TableRows:
+def model_rows(run_id: str, model: Any, data: Dataset) -> TableRows:
     """The keyed rows every chunk and finish of a unit carries: its model, dataset and checkpoint names."""
     return {
         "models": model_columns(model),
@@ -230,7 +229,7 @@ def scored_columns(scored: ScoredRows) -> TableRows:
 
 
 # -- what was evaluated ---------------------------------------------------------------------------------
-def model_columns(model: ModelFacts) -> Columns:
+def model_columns(model: Any) -> Columns:
     """The ``models`` row of a loaded model: its graph (``graph_key``: the cache entry whose graph it runs,
     shared by re-weighted siblings and an adapter's base), source, quantisation, training-run position and
     an adapter's base."""

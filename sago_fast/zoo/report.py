@@ -44,7 +44,7 @@ def accuracy_rows(
 
 def compare_with_shipped(result: ZooResult, config: ZooConfig) -> str:
     """One line: whether a trained reproduction has the shipped checkpoints' weights, byte for byte."""
-    from sago_fast.zoo.store import shipped_zoo
+    from sago_fast.zoo.sources import shipped_zoo
 
     shipped = shipped_zoo(config)
     if shipped is None:

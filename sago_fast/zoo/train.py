@@ -2,7 +2,7 @@
 templates and formats, and save checkpoints along the way (so stability can differ and change over training).
 
 Each training text is a rendered prompt followed by `` <gold option content></s>``; the loss covers the
-answer tokens only. Where a zoo comes from (the package ships the default one) is :mod:`sago_fast.zoo.store`.
+answer tokens only. Where a zoo comes from (the package ships the default one) is :mod:`sago_fast.zoo.sources`.
 """
 
 from __future__ import annotations
@@ -114,7 +114,7 @@ def _encode(tokenizer, pairs: list[tuple[str, str]]) -> list[tuple[list[int], in
 # instead of AVX2 kernels) grow over 1,200 steps into other checkpoints. The reproducible training runs in
 # a child process on one thread with deterministic torch algorithms and one kernel set: the same bytes
 # whatever the caller's threads and kernels, on one machine. MKL and ATen still take other code paths on
-# other CPU vendors, so the demo does not train: the package ships the default zoo (zoo/store.py).
+# other CPU vendors, so the demo does not train: the package ships the default zoo (zoo/sources.py).
 PINNED_THREADS = {
     "OMP_NUM_THREADS": "1",
     "MKL_NUM_THREADS": "1",

@@ -34,35 +34,74 @@ def test_run_writes_exactly_the_catalogue_metrics(run_db):
         assert written[dataset] == expected, (dataset, expected ^ written[dataset])
 
 
-def test_a_new_metric_needs_its_axis_module_and_the_catalogue_only(tmp_path, checkpoints, cache_dir):
-    """The README's "Adding a metric" recipe: a scorer registered by the axis and one catalogue entry are
-    enough for the metric to be computed, stored, tested against its null and shown in the summary."""
+def test_a_metric_at_each_level_is_one_declaration(tmp_path, checkpoints, cache_dir):
+    """The README's "Adding a metric" recipe, at every level, from outside the package: a scorer whose
+    decorator declares its metric (catalogue entry, replicate noise included) is all it takes for the metric
+    to be computed, stored, tested against its null, shown in the summary and kept in the right axis."""
     import numpy as np
 
-    from sago_fast.axes import ItemScore, item_scorer
-    from sago_fast.axes.catalogue import MetricSpec
-    from sago_fast.axes.items import ITEM_SCORERS
+    from sago_fast.axes import DATASET_SCORERS, ITEM_SCORERS, LAYER_SCORERS, ItemScore, item_scorer
+    from sago_fast.axes.catalogue import MetricSpec, ReplicateNoise
+    from sago_fast.axes.levels import dataset_scorer, layer_scorer
+    from sago_fast.axes.records import DatasetScore, LayerScores, ScoredRows
     from sago_fast.run import RunConfig, run
     from sago_fast.store.queries import summary_rows
 
-    @item_scorer("toy_top_probability", "confidence", tasks=("multiple_choice",))
+    @item_scorer(
+        "toy_top_probability",
+        "confidence",
+        tasks=("multiple_choice",),
+        metrics=[
+            MetricSpec(
+                "toy_top_spread",
+                ("item_scores",),
+                tasks=("multiple_choice",),
+                unit="probability",
+                null="tolerance",
+                tolerance=0.01,
+                headline=5,
+            )
+        ],
+    )
     def toy(view):  # how much the top option's probability moves across variants
         top = view.outputs.option_probs.max(axis=1)
         return [ItemScore(view.outputs.example_id, "confidence", "toy_top_spread", None, float(np.ptp(top)))]
 
-    CATALOGUE.add(
-        "toy_top_spread",
-        MetricSpec(
-            "confidence",
-            "toy_top_spread",
-            ("item_scores",),
-            tasks=("multiple_choice",),
-            unit="probability",
-            null="tolerance",
-            tolerance=0.01,
-            headline=5,
-        ),
+    @layer_scorer(
+        "toy_norm_spread",
+        "generation",  # an axis other than activation: its layer mean must be filed under it
+        metrics=[
+            MetricSpec(
+                "toy_norm_spread",
+                ("layer_scores", "item_scores"),
+                unit="norm",
+                null="replicate",
+                sesoi=0.5,
+                noise=ReplicateNoise("replicate_distance", "pair"),
+            )
+        ],
     )
+    def toy_layers(block, context):  # spread of the hidden-state norms over each example's variants
+        norms = np.linalg.norm(block.hidden, axis=-1)  # (L+1, E, V)
+        return [
+            LayerScores.grid(
+                list(block.example_ids), block.pooling, "toy_norm_spread", None, np.ptp(norms, axis=2)
+            )
+        ]
+
+    @dataset_scorer(
+        "toy_answer_count", metrics=[MetricSpec("toy_answers", ("dataset_scores",), unit="variants")]
+    )
+    class ToyAnswers:
+        axis = "mirroring"
+
+        def partial(self, chunk):
+            return {"n": np.array(len(chunk.correct))}
+
+        def finish(self, partials, context):
+            total = float(sum(int(p["n"]) for p in partials))
+            return ScoredRows(datasets=[DatasetScore("mirroring", "toy_answers", None, None, None, total)])
+
     try:
         db = tmp_path / "r.duckdb"
         config = RunConfig(
@@ -72,24 +111,40 @@ def test_a_new_metric_needs_its_axis_module_and_the_catalogue_only(tmp_path, che
             limit=6,
             variants_per_family=1,
             cache_dir=cache_dir,
+            chunk_memory_mb=0.05,  # several chunks: the dataset scorer's partials are combined
         )
         run(config, progress=False)
         with Store(db, read_only=True) as store:
             _, items = store.query(
-                "SELECT count(*), min(value), max(value) FROM item_scores WHERE metric = 'toy_top_spread'"
+                "SELECT axis, metric, count(*), min(value) FROM item_scores WHERE metric LIKE 'toy%' GROUP BY ALL ORDER BY ALL"
             )
+            _, layers = store.query("SELECT count(*) FROM layer_scores WHERE metric = 'toy_norm_spread'")
+            _, datasets = store.query("SELECT axis, value FROM dataset_scores WHERE metric = 'toy_answers'")
+            _, variants = store.query("SELECT count(*) FROM outputs WHERE replicate = 0")
+            _, chunks = store.query("SELECT count(*) FROM unit_chunks")
             _, scores = store.query(
-                "SELECT test, null_value, p_value FROM model_scores WHERE metric = 'toy_top_spread'"
+                "SELECT metric, test, null_value, p_value FROM model_scores WHERE metric LIKE 'toy%' ORDER BY metric"
             )
             columns, rows = summary_rows(store, store.query("SELECT run_id FROM runs")[1][0][0])
-        assert items[0][0] == 6 and 0.0 <= items[0][1] <= items[0][2] <= 1.0
-        ((test, null_value, p_value),) = scores
-        assert null_value == 0.01 and "0.01" in test and 0.0 <= p_value <= 1.0
+        assert [(a, m, n) for a, m, n, _ in items] == [
+            ("confidence", "toy_top_spread", 6),
+            ("generation", "toy_norm_spread", 6),
+        ]
+        assert all(low >= 0.0 for *_, low in items) and layers[0][0] > 0
+        assert chunks[0][0] > 1 and datasets == [("mirroring", float(variants[0][0]))]
+        (norm_metric, norm_test, norm_null, _), (top_metric, top_test, top_null, top_p) = scores
+        assert norm_metric == "toy_norm_spread" and "sesoi" in norm_test and norm_null >= 0.5
+        assert (
+            top_metric == "toy_top_spread" and top_null == 0.01 and "0.01" in top_test and 0.0 <= top_p <= 1.0
+        )
         at = columns.index("toy_top_spread")  # after the confidence axis' other headline metrics
         assert columns[at - 1] == "p_gold_sd" and rows[0][at] is not None
     finally:
         ITEM_SCORERS.remove("toy_top_probability")
-        CATALOGUE.remove("toy_top_spread")
+        LAYER_SCORERS.remove("toy_norm_spread")
+        DATASET_SCORERS.remove("toy_answer_count")
+        for name in ("toy_top_spread", "toy_norm_spread", "toy_answers"):
+            CATALOGUE.remove(name)
 
 
 def test_a_metric_missing_from_the_catalogue_fails_loudly():

@@ -13,6 +13,7 @@ from sago_fast.datasets.resolve import load_dataset
 from sago_fast.kernels import linear_cka
 from sago_fast.run.chunk import model_variant_bytes, plan_chunks
 from sago_fast.run.driver import evaluate_unit
+from sago_fast.run.records import ModelFacts
 from sago_fast.run.stream_settings import StreamSettings
 from sago_fast.runtime.batching import BatchPolicy
 from sago_fast.variants import VariantConfig, generate_variants
@@ -47,7 +48,7 @@ def unit(checkpoints, cache_dir):
 
 def test_streaming_equals_the_whole_unit(unit):
     model, data, variants = unit
-    per_variant = model_variant_bytes(model)
+    per_variant = model_variant_bytes(ModelFacts.of(model))
     small = StreamSettings(chunk_memory_mb=0.2)
     chunk_variants = small.chunk_bytes // per_variant
     n_chunks = len(plan_chunks(variants, small.chunk_bytes, per_variant))

@@ -73,14 +73,14 @@ def test_the_default_zoo_is_shipped_and_copied_without_training(tmp_path, monkey
     import json
     import shutil
 
-    from sago_fast.zoo.store import SHIPPED
+    from sago_fast.zoo.sources import SHIPPED
 
     monkeypatch.setenv("SAGO_CACHE_DIR", str(tmp_path / "cache"))
 
     def no_training(*args, **kwargs):
         raise AssertionError("the default zoo must not be trained")
 
-    monkeypatch.setattr("sago_fast.zoo.store.train_zoo", no_training)
+    monkeypatch.setattr("sago_fast.zoo.sources.train_zoo", no_training)
     zoo = build_zoo(tmp_path / "a" / "zoo", ZooConfig())
     assert zoo.source == "shipped" and [p.name for p in zoo.checkpoints] == [
         "step-00150",
