@@ -222,21 +222,22 @@ def run_command(
 def _print_result(result: RunResult, run_config: RunConfig) -> None:
     """The run summary (the units in the results file), why sequential units stopped, and the run line."""
     from sago_fast.cli.query import render_table
-    from sago_fast.store import Store, queries
+    from sago_fast.store import Store
     from sago_fast.store.queries import summary_rows
+    from sago_fast.store.reads import RunReads
 
     if result.db_path is None:
         typer.echo(f"{result.describe()}; shard {run_config.shard} -> {result.shard_dir}")
         return
     with Store(result.db_path, read_only=True) as store:
         columns, rows = summary_rows(store, result.run_id)
-        sequential = store.query(queries.STATS_SEQUENTIAL_UNITS, {"run": result.run_id})
-        separations = store.query(queries.STATS_SEPARATIONS, {"run": result.run_id})
+        reads = RunReads(store, result.run_id)
+        sequential, separations = reads.sequential_units(), reads.separations()
     typer.echo(render_table(columns, rows))
-    if sequential[1]:
+    if sequential.rows:
         typer.echo("\nsequential units (why each stopped; see confidence_sequences):")
-        typer.echo(render_table(*sequential))
-    if separations[1]:
+        typer.echo(render_table(sequential.columns, sequential.rows))
+    if separations.rows:
         typer.echo("\ncomparisons of neighbouring models (b - a; see comparison_sequences):")
-        typer.echo(render_table(*separations))
+        typer.echo(render_table(separations.columns, separations.rows))
     typer.echo(f"\n{result.describe()} -> {Path(result.db_path).resolve()}")

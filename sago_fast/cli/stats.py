@@ -63,11 +63,13 @@ def stats_command(
 def _print_sequential(db: Path, run_id: str) -> None:
     """The run's sequential units, if any: where their CIs come from, and why each stopped."""
     from sago_fast.cli.query import render_table
-    from sago_fast.store import Store, queries
+    from sago_fast.store import Store
+    from sago_fast.store.reads import RunReads
 
     with Store(db, read_only=True) as store:
-        columns, rows = store.query(queries.STATS_SEQUENTIAL_UNITS, {"run": run_id})
-        separations = store.query(queries.STATS_SEPARATIONS, {"run": run_id})
+        reads = RunReads(store, run_id)
+        sequential, separations = reads.sequential_units(), reads.separations()
+    columns, rows = sequential.columns, sequential.rows
     if not rows:
         return
     typer.echo(
@@ -75,30 +77,32 @@ def _print_sequential(db: Path, run_id: str) -> None:
         "anytime-valid confidence sequences they stopped on (no fixed-n p-value); see confidence_sequences"
     )
     typer.echo(render_table(columns, rows))
-    if separations[1]:
+    if separations.rows:
         typer.echo(
             "\ncomparisons of neighbouring models (--until-separated): the anytime-valid paired sequences "
             "of b - a they stopped on; see comparison_sequences"
         )
-        typer.echo(render_table(*separations))
+        typer.echo(render_table(separations.columns, separations.rows))
 
 
 def _print_changes(db: Path, run_id: str, alpha: float) -> None:
     """The significant changes between consecutive checkpoints of the run's training runs, if any."""
     from sago_fast.cli.query import render_table
-    from sago_fast.store import Store, queries
+    from sago_fast.store import Store
+    from sago_fast.store.reads import RunReads
 
     with Store(db, read_only=True) as store:
-        _, compared = store.query(queries.STATS_N_CHANGES, {"run": run_id})
-        if not compared[0][0]:
+        reads = RunReads(store, run_id)
+        if not reads.n_changes():
             return
-        columns, rows = store.query(queries.STATS_CHANGES, {"run": run_id})
+        changes = reads.changes()
+    columns, rows = changes.columns, changes.rows
     if not rows:
         typer.echo(
             f"\nover training: no significant change between consecutive checkpoints (BH, alpha {alpha})"
         )
         return
-    settled = any(row[-1] is None for row in rows)  # no p-value: a sequence that excludes 0
+    settled = any(row["p_adjusted"] is None for row in changes.records())  # a sequence that excludes 0
     how = "; no p_adjusted: an --until-separated paired sequence that excludes 0" if settled else ""
     typer.echo(
         f"\nover training: significant changes between consecutive checkpoints (BH, alpha {alpha}{how})"

@@ -45,18 +45,20 @@ def _figure(n_panels: int, width: float = 3.6, height: float = 3.0):
 
 def profile_plot(data: ReportData, dataset: str) -> str:
     """Accuracy and the four axes' headline scores per model (bars with 95% bootstrap CIs)."""
-    rows = [r for r in data.headline.rows if r[1] == dataset]
-    by_axis: dict[str, list[tuple]] = defaultdict(list)
-    for row in rows:
-        by_axis[row[2]].append(row)
+    by_axis: dict[str, list[dict]] = defaultdict(list)
+    for row in data.headline.records():
+        if row["dataset"] == dataset:
+            by_axis[row["axis"]].append(row)
     axes_present = [a for a in AXIS_ORDER if a in by_axis]
     fig, panels = _figure(len(axes_present), width=3.4)
     for ax, axis in zip(panels, axes_present, strict=False):
-        entries = sorted(by_axis[axis], key=lambda r: natural_key(r[0]))
-        models = [e[0] for e in entries]
-        estimate = np.array([e[4] for e in entries], dtype=float)
-        low = np.array([e[5] if e[5] is not None else e[4] for e in entries], dtype=float)
-        high = np.array([e[6] if e[6] is not None else e[4] for e in entries], dtype=float)
+        entries = sorted(by_axis[axis], key=lambda r: natural_key(r["model"]))
+        models = [e["model"] for e in entries]
+        estimate = np.array([e["estimate"] for e in entries], dtype=float)
+        low = np.array([e["estimate"] if e["ci_low"] is None else e["ci_low"] for e in entries], dtype=float)
+        high = np.array(
+            [e["estimate"] if e["ci_high"] is None else e["ci_high"] for e in entries], dtype=float
+        )
         ax.bar(range(len(models)), estimate, color="#4c72b0" if axis != "accuracy" else "#55a868")
         ax.errorbar(
             range(len(models)),
@@ -66,7 +68,7 @@ def profile_plot(data: ReportData, dataset: str) -> str:
             ecolor="black",
             capsize=3,
         )
-        metric = entries[0][3]
+        metric = entries[0]["metric"]
         ax.set_title(f"{axis}: {metric}", fontsize=9)
         ax.set_xticks(range(len(models)), models, rotation=30, ha="right", fontsize=8)
         ax.set_xlabel("model")
@@ -77,13 +79,13 @@ def profile_plot(data: ReportData, dataset: str) -> str:
 
 def layer_plot(data: ReportData) -> str:
     """Activation dispersion per layer (mean pooling), one line per model, one panel per dataset."""
-    datasets = sorted({r[1] for r in data.layers})
+    datasets = sorted({r["dataset"] for r in data.layers})
     fig, panels = _figure(len(datasets))
     for ax, dataset in zip(panels, datasets, strict=False):
         curves: dict[str, list[tuple[int, float]]] = defaultdict(list)
-        for model, ds, layer, value in data.layers:
-            if ds == dataset:
-                curves[model].append((layer, value))
+        for row in data.layers:
+            if row["dataset"] == dataset:
+                curves[row["model"]].append((row["layer"], row["value"]))
         for model in sorted(curves, key=natural_key):
             points = sorted(curves[model])
             ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=model)
@@ -99,8 +101,8 @@ def ranking_plot(data: ReportData, reversed_models: dict[tuple[str, str], set[st
     """Rank of each model per dataset for each headline metric (1 = most stable / accurate); models in a
     significant rank reversal of that metric (``reversed_models[(axis, metric)]``) are drawn thick and red."""
     by_metric: dict[tuple[str, str], list[tuple[str, str, float]]] = defaultdict(list)
-    for axis, metric, source, model, rank in data.ranks:
-        by_metric[(axis, metric)].append((source, model, rank))
+    for row in data.ranks:
+        by_metric[(row["axis"], row["metric"])].append((row["source"], row["model"], row["rank"]))
     keys = sorted(by_metric, key=lambda k: RANK_ORDER.index(k[0]) if k[0] in RANK_ORDER else 99)
     fig, panels = _figure(len(keys), width=3.0)
     for ax, key in zip(panels, keys, strict=False):
@@ -129,12 +131,16 @@ def ranking_plot(data: ReportData, reversed_models: dict[tuple[str, str], set[st
 
 def correlation_heatmap(data: ReportData) -> str:
     """Spearman correlation between axes across examples: rows (model, dataset), columns axis pairs."""
-    rows = sorted({(r[0], r[1]) for r in data.correlations}, key=lambda k: (natural_key(k[0]), k[1]))
-    pairs = sorted({(r[2], r[3]) for r in data.correlations})
+    rows = sorted(
+        {(r["model"], r["dataset"]) for r in data.correlations}, key=lambda k: (natural_key(k[0]), k[1])
+    )
+    pairs = sorted({(r["axis_a"], r["axis_b"]) for r in data.correlations})
     grid = np.full((len(rows), len(pairs)), np.nan)
-    for model, dataset, a, b, spearman, _partial in data.correlations:
-        if spearman is not None:
-            grid[rows.index((model, dataset)), pairs.index((a, b))] = spearman
+    for r in data.correlations:
+        if r["spearman"] is not None:
+            grid[rows.index((r["model"], r["dataset"])), pairs.index((r["axis_a"], r["axis_b"]))] = r[
+                "spearman"
+            ]
     fig, panels = _figure(1, width=1.2 * len(pairs) + 3, height=0.35 * len(rows) + 2)
     ax = panels[0]
     image = ax.imshow(grid, cmap="RdBu_r", vmin=-1, vmax=1, aspect="auto")
@@ -161,11 +167,15 @@ def training_plot(data: ReportData) -> str:
     lines: dict[tuple[str, str], dict[tuple[str, str], list[tuple[int, float, float, float]]]] = defaultdict(
         lambda: defaultdict(list)
     )
-    for run, dataset, axis, metric, step, estimate, low, high in data.trajectories:
-        lines[(axis, metric)][(run, dataset)].append(
-            (step, estimate, np.nan if low is None else low, np.nan if high is None else high)
+    for t in data.trajectories:
+        low, high = t["ci_low"], t["ci_high"]
+        lines[(t["axis"], t["metric"])][(t["training_run"], t["dataset"])].append(
+            (t["step"], t["estimate"], np.nan if low is None else low, np.nan if high is None else high)
         )
-    changed = {(r[0], r[1], r[2], r[3], r[5]) for r in data.changes.rows}  # (run, dataset, axis, metric, to)
+    changed = {  # (run, dataset, axis, metric, the step it changed to)
+        (c["training_run"], c["dataset"], c["axis"], c["metric"], c["step_to"])
+        for c in data.changes.records()
+    }
     panels_present = sorted(lines, key=lambda k: (AXIS_ORDER.index(k[0]) if k[0] in AXIS_ORDER else 99, k[1]))
     several_runs = len({run for by_line in lines.values() for run, _ in by_line}) > 1
     fig, panels = _figure(len(panels_present), width=3.4)
@@ -205,9 +215,9 @@ def sequence_plot(data: ReportData) -> str:
     (model, dataset) and one line per followed metric, with the wanted precision as a dashed line."""
     lines: dict[tuple[str, str], dict[str, list[tuple[int, float]]]] = defaultdict(lambda: defaultdict(list))
     wanted: dict[tuple[str, str], float | None] = {}
-    for model, dataset, metric, n, half_width, precision in data.sequences:
-        lines[(model, dataset)][metric].append((n, half_width))
-        wanted[(model, dataset)] = precision
+    for s in data.sequences:
+        lines[(s["model"], s["dataset"])][s["metric"]].append((s["n_examples"], s["half_width"]))
+        wanted[(s["model"], s["dataset"])] = s["precision"]
     units = sorted(lines)
     fig, panels = _figure(len(units), width=3.6)
     for ax, unit in zip(panels, units, strict=False):

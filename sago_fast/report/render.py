@@ -53,15 +53,17 @@ def render_report(data: ReportData) -> str:
     methods = sorted({test.split(":")[0] for test in data.tests} - {"none"})  # "studentized bootstrap", ...
     context: dict[str, Any] = {"run": data.run_info or None, "empty": data.empty, "tests": methods}
     if not data.empty:
-        datasets = sorted({r[1] for r in data.headline.rows})
-        models = sorted({r[0] for r in data.headline.rows}, key=natural_key)
+        headline = data.headline.records()
+        datasets = sorted({r["dataset"] for r in headline})
+        models = sorted({r["model"] for r in headline}, key=natural_key)
         steps: dict[str, set[int]] = defaultdict(set)  # training run -> its steps with scores
-        for run, _, _, _, step, *_ in data.trajectories:
-            steps[run].add(step)
+        for point in data.trajectories:
+            steps[point["training_run"]].add(point["step"])
         n_steps = max(map(len, steps.values()), default=0)
         reversed_models: dict[tuple[str, str], set[str]] = {}
-        for axis, metric, model_a, model_b, *_ in data.reversals.rows:
-            reversed_models.setdefault((axis, metric), set()).update((model_a, model_b))
+        for reversal in data.reversals.records():
+            key = (reversal["axis"], reversal["metric"])
+            reversed_models.setdefault(key, set()).update((reversal["model_a"], reversal["model_b"]))
         context.update(
             profiles=[(d, plots.profile_plot(data, d)) for d in datasets],
             headline=data.headline,

@@ -15,7 +15,8 @@ from sago_fast.axes.catalogue import axes as catalogue_axes
 from sago_fast.axes.catalogue import metric as catalogue_metric
 from sago_fast.errors import InputError
 from sago_fast.kernels import pairwise
-from sago_fast.store import Store, queries
+from sago_fast.store import Store
+from sago_fast.store.reads import RunReads, latest_finished_run
 
 # The score of each axis used where one number per axis is needed (rankings, correlations): the first
 # metric present for the dataset. All are "higher = less stable".
@@ -70,11 +71,6 @@ class RunData:
         return None
 
 
-def latest_finished_run(store: Store) -> str | None:
-    _, rows = store.query(queries.STATS_LATEST_DONE_RUN)
-    return str(rows[0][0]) if rows else None
-
-
 def latest_run(store: Store) -> str:
     run = latest_finished_run(store)
     if run is None:
@@ -84,54 +80,46 @@ def latest_run(store: Store) -> str:
 
 def check_run(store: Store, run_id: str) -> None:
     """InputError unless ``run_id`` is a run of this file."""
-    _, found = store.query(queries.STATS_RUN_EXISTS, {"run": run_id})
-    if not found[0][0]:
+    if not RunReads(store, run_id).exists():
         raise InputError(f"{store.path}: no run {run_id!r}")
 
 
 def load_run(store: Store, run_id: str) -> RunData:
     """Item scores, canonical accuracy and replicate noise of ``run_id``."""
     check_run(store, run_id)
+    reads = RunReads(store, run_id)
     data = RunData(run_id)
-    _, rows = store.query(
-        queries.STATS_ITEM_SCORES,
-        {"run": run_id},
-    )
-    for model, dataset, axis, metric, family, example, value in rows:
-        if value is not None:
-            data.items.setdefault((model, dataset, axis, metric, family), {})[example] = float(value)
-    noise = _canonical_outputs(store, data)
-    _, layer = store.query(queries.STATS_REPLICATE_DISTANCE, {"run": run_id})
-    for model, dataset, example, value in layer:
-        noise.setdefault(("replicate_distance", model, dataset), {})[example] = float(value)
+    for row in reads.item_scores():
+        if row["value"] is not None:
+            key = (row["model_id"], row["dataset_id"], row["axis"], row["metric"], row["family"])
+            data.items.setdefault(key, {})[row["example_id"]] = float(row["value"])
+    noise = _canonical_outputs(reads, data)
+    for row in reads.replicate_distances():
+        source = ("replicate_distance", row["model_id"], row["dataset_id"])
+        noise.setdefault(source, {})[row["example_id"]] = float(row["value"])
     _replicate_noise(data, noise)
-    _variant_counts(store, data)
-    data.model_names = dict(store.query(queries.STATS_MODEL_NAMES)[1])
-    data.positions = [tuple(r) for r in store.query(queries.STATS_CHECKPOINT_POSITIONS, {"run": run_id})[1]]  # type: ignore[misc]
-    data.dataset_names = dict(store.query(queries.STATS_DATASET_NAMES)[1])
-    for model, dataset, metric, lower, upper, _ in store.query(
-        queries.STATS_FINAL_SEQUENCES, {"run": run_id}
-    )[1]:
-        data.sequences[(model, dataset, metric)] = (float(lower), float(upper))
-    for dataset, model_a, model_b, metric, lower, upper in store.query(
-        queries.STATS_FINAL_COMPARISONS, {"run": run_id}
-    )[1]:
-        data.pair_sequences[(dataset, model_a, model_b, metric)] = (float(lower), float(upper))
+    _variant_counts(reads, data)
+    data.model_names = reads.model_names()
+    data.positions = [(r["model_id"], r["training_run"], r["step"]) for r in reads.checkpoint_positions()]
+    data.dataset_names = reads.dataset_names()
+    for row in reads.final_sequences():
+        unit_metric = (row["model_id"], row["dataset_id"], row["metric"])
+        data.sequences[unit_metric] = (float(row["lower"]), float(row["upper"]))
+    for row in reads.final_comparisons():
+        pair_metric = (row["dataset_id"], row["model_a"], row["model_b"], row["metric"])
+        data.pair_sequences[pair_metric] = (float(row["lower"]), float(row["upper"]))
     return data
 
 
-def _variant_counts(store: Store, data: RunData) -> None:
+def _variant_counts(reads: RunReads, data: RunData) -> None:
     """How many variants each example's item scores are computed over, per family (``n_variants``)."""
-    _, rows = store.query(
-        queries.STATS_VARIANT_COUNTS,
-        {"run": data.run_id},
-    )
-    for dataset, example, family, preserving, count in rows:
-        if preserving:
+    for row in reads.variant_counts():
+        dataset, example, family = row["dataset_id"], row["example_id"], row["family"]
+        if row["preserving"]:
             key = (dataset, example, None)
-            data.n_variants[key] = data.n_variants.get(key, 0) + int(count)
+            data.n_variants[key] = data.n_variants.get(key, 0) + int(row["n"])
         if family != "canonical":
-            data.n_variants[(dataset, example, family)] = int(count) + 1
+            data.n_variants[(dataset, example, family)] = int(row["n"]) + 1
 
 
 NoiseFigures = dict[tuple[str, str, str], dict[str, float]]  # (source, model, dataset) -> example -> figure
@@ -148,17 +136,14 @@ def _replicate_noise(data: RunData, figures: NoiseFigures) -> None:
                 data.replicate[(model, dataset, name)] = dict(by_example)
 
 
-def _canonical_outputs(store: Store, data: RunData) -> NoiseFigures:
+def _canonical_outputs(reads: RunReads, data: RunData) -> NoiseFigures:
     """Canonical accuracy per example, and the replicate pair's output noise figures (``p_gold_gap``,
     ``option_js``; :data:`~sago_fast.axes.catalogue.NOISE_SOURCES`)."""
-    _, rows = store.query(
-        queries.STATS_CANONICAL_OUTPUTS,
-        {"run": data.run_id},
-    )
     noise: NoiseFigures = {}
     runs: dict[tuple[str, str, str], dict[int, tuple]] = defaultdict(dict)
-    for model, dataset, example, replicate, correct, p_gold, option_logprobs in rows:
-        runs[(model, dataset, example)][int(replicate)] = (correct, p_gold, option_logprobs)
+    for row in reads.canonical_outputs():
+        where = (row["model_id"], row["dataset_id"], row["example_id"])
+        runs[where][int(row["replicate"])] = (row["correct"], row["p_gold"], row["option_logprobs"])
     for (model, dataset, example), by_replicate in runs.items():
         if 0 not in by_replicate:
             continue

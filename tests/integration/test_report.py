@@ -214,12 +214,16 @@ def test_over_training_draws_one_panel_per_metric_and_says_when_the_scale_is_log
     from sago_fast.report.data import ReportData
 
     data = ReportData("run")
+    names = ("training_run", "dataset", "axis", "metric", "step", "estimate", "ci_low", "ci_high")
     for step, (a, b) in zip((1, 2, 3), ((15.0, 1.5), (14.0, 1.2), (13.0, 1.6)), strict=True):
         data.trajectories += [
-            ("zoo", "comparison", "activation", "dispersion", step, a, a - 1, a + 1),
-            ("zoo", "capitals", "activation", "dispersion", step, b, b - 0.1, b + 0.1),
-            ("zoo", "capitals", "confidence", "option_js", step, 0.1 * step, None, None),
-            ("zoo", "letters", "confidence", "p_gold_sd", step, 0.2 * step, None, None),
+            dict(zip(names, row, strict=True))
+            for row in (
+                ("zoo", "comparison", "activation", "dispersion", step, a, a - 1, a + 1),
+                ("zoo", "capitals", "activation", "dispersion", step, b, b - 0.1, b + 0.1),
+                ("zoo", "capitals", "confidence", "option_js", step, 0.1 * step, None, None),
+                ("zoo", "letters", "confidence", "p_gold_sd", step, 0.2 * step, None, None),
+            )
         ]
     figures = []
     original = plots._svg
