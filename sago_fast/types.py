@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,6 +26,24 @@ class ProbeResult:
     @property
     def batch_size(self) -> int:
         return int(self.next_logprobs.shape[0])
+
+    @classmethod
+    def in_order(cls, parts: Sequence[tuple[Sequence[int], ProbeResult]], n: int) -> ProbeResult:
+        """One result in prompt order from the results of disjoint row groups (``parts``: rows, result); a
+        single group already in order is returned as is, without a copy of its (n, vocab) arrays."""
+        if len(parts) == 1 and list(parts[0][0]) == list(range(n)):
+            return parts[0][1]
+        first = parts[0][1]
+        hidden_last = np.empty((first.hidden_last.shape[0], n, first.hidden_last.shape[2]), dtype=np.float32)
+        hidden_mean = np.empty_like(hidden_last)
+        next_logprobs = np.empty((n, first.next_logprobs.shape[1]), dtype=np.float32)
+        n_tokens = np.empty(n, dtype=np.int64)
+        for rows, probe in parts:
+            hidden_last[:, rows] = probe.hidden_last
+            hidden_mean[:, rows] = probe.hidden_mean
+            next_logprobs[rows] = probe.next_logprobs
+            n_tokens[rows] = probe.n_tokens
+        return cls(hidden_last, hidden_mean, next_logprobs, n_tokens)
 
     @property
     def n_layers(self) -> int:

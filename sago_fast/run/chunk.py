@@ -1,7 +1,8 @@
 """One chunk of a unit: answer its variants and score them.
 
-For each chunk (:func:`evaluate_chunk`): answer its variants (one prefill per prompt) and re-run its
-canonical prompts alone (the replicate pass), then run the registered scorers: item scorers per example,
+For each chunk, once :func:`~sago_fast.runtime.answering.answer_chunk` has answered its variants (one
+prefill per prompt) and re-run its canonical prompts alone (the replicate pass), :func:`chunk_records`
+runs the registered scorers: item scorers per example,
 layer scorers per activation block, and each dataset scorer's ``partial``; the result is the chunk's
 records (:class:`~sago_fast.run.records.ChunkRecords`), its next-token distributions and hidden states
 dropped, so memory follows the chunk, never the dataset. When every chunk is in, :func:`finish_unit`
@@ -34,13 +35,13 @@ from sago_fast.axes.levels import (
 from sago_fast.axes.records import ExampleOutputs, ItemScore, LayerScores, ScoredRows
 from sago_fast.run.records import ChunkRecords, ModelFacts, mode_answer_records, output_records
 from sago_fast.run.stream_settings import StreamSettings
-from sago_fast.runtime.answering import AnswerSettings, AnyAnswer, UnitAnswers, answer_chunk
+from sago_fast.runtime.answering import AnyAnswer, UnitAnswers
 from sago_fast.runtime.free_answers import FreeAnswer
 from sago_fast.runtime.options import OptionAnswer
 from sago_fast.types import Example, Variant
 
 if TYPE_CHECKING:
-    from sago_fast.runtime.protocol import LanguageModel
+    pass
 
 ITEM_POOLING = "mean"  # the pooling whose layer-mean scores also go to item_scores
 
@@ -271,40 +272,37 @@ def score_chunk(
     return scored, partials, tuple(bool(o.correct[0]) for o in outputs)
 
 
-def plan_unit_chunks(
-    model: ModelFacts,
-    variants: Sequence[Variant],
-    stream: StreamSettings,
-    done: frozenset[str] = frozenset(),
-) -> list[list[Variant]]:
-    """The variants of each chunk still to do (:func:`plan_chunks` at the model's bytes per variant)."""
+def prepare_unit(
+    model: ModelFacts, variants: Sequence[Variant], stream: StreamSettings, done: frozenset[str] = frozenset()
+) -> tuple[UnitContext, list[list[Variant]]]:
+    """What a unit needs before its first chunk: the variants of each chunk still to do (:func:`plan_chunks`
+    at the model's bytes per variant; examples in ``done`` left out) and the scorers' context."""
     rows_of = examples_in_order(variants)
     planned = plan_chunks(variants, stream.chunk_bytes, model_variant_bytes(model), done)
-    return [[variants[r] for e in chunk_ids for r in rows_of[e]] for chunk_ids in planned]
+    chunks = [[variants[r] for e in chunk_ids for r in rows_of[e]] for chunk_ids in planned]
+    return model_context(model, variants, stream), chunks
 
 
-def evaluate_chunk(
-    model: LanguageModel,
+def chunk_records(
+    context: UnitContext,
     examples: Mapping[str, Example],
     variants: Sequence[Variant],
-    settings: AnswerSettings,
-    context: UnitContext,
+    answers: UnitAnswers,
+    alone: UnitAnswers,
+    tokenizer: Any,
     index: int,
 ) -> ChunkRecords:
-    """Answer one chunk's variants (whole examples, in order), re-run its canonical prompts alone (the
-    replicate pass) and score it: its records, the probe arrays dropped."""
-    chunk_examples = [examples[e] for e in examples_in_order(variants)]
-    answers, alone = answer_chunk(model, chunk_examples, variants, settings)
+    """One answered chunk (whole examples, in order; ``alone``: its canonical prompts re-run alone, the
+    replicate pass) scored, as records: the probe arrays are not kept."""
     canonical = [v for v in variants if v.is_canonical]
     scored, partials, correct = score_chunk(context, examples, variants, answers, alone)
-    tokenizer = model.tokenizer
     outputs = output_records(tokenizer, examples, variants, answers, replicate=0)
     outputs += output_records(tokenizer, examples, canonical, alone, replicate=1)
-    modes = mode_answer_records(variants, answers, replicate=0) + mode_answer_records(
-        canonical, alone, replicate=1
-    )
+    modes = mode_answer_records(variants, answers, replicate=0)
+    modes += mode_answer_records(canonical, alone, replicate=1)
+    chunk_examples = tuple(examples[e] for e in examples_in_order(variants))
     return ChunkRecords(
-        index, tuple(chunk_examples), tuple(variants), tuple(outputs), tuple(modes), scored, partials, correct
+        index, chunk_examples, tuple(variants), tuple(outputs), tuple(modes), scored, partials, correct
     )
 
 

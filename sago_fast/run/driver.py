@@ -3,9 +3,10 @@
 :func:`drive_unit` is the only unit driver. ``sago run`` (in this process, in Ray tasks, in lockstep
 under ``--until-separated``), :func:`evaluate_unit` (library use, tests, the README) all go through it:
 
-1. check that every prompt fits the model (:func:`~sago_fast.runtime.answering.check_prompts_fit`), plan the chunks (whole examples, as many as the memory budget
+1. check that every prompt fits the model (:func:`~sago_fast.runtime.prompting.check_prompts_fit`), plan the chunks (whole examples, as many as the memory budget
    holds; a sequential unit in its visiting order, within its budget) and leave out committed ones;
-2. per chunk: answer and score it (:func:`~sago_fast.run.chunk.evaluate_chunk`), then, for a sequential
+2. per chunk: answer it (both passes, :func:`~sago_fast.runtime.answering.answer_chunk`), score it into
+   records (:func:`~sago_fast.run.chunk.chunk_records`), then, for a sequential
    unit, feed its followed values to the confidence sequences; yield its :class:`ChunkRecords`;
 3. ask the stop rule after each chunk (a sequential unit); yield a :class:`UnitEnd` last.
 
@@ -20,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from sago_fast.axes.levels import Partial
-from sago_fast.run.chunk import evaluate_chunk, finish_unit, model_context, plan_unit_chunks
+from sago_fast.run.chunk import chunk_records, finish_unit, prepare_unit
 from sago_fast.run.records import ChunkRecords, ModelFacts, UnitEnd
 from sago_fast.run.sequential import (
     SequentialSettings,
@@ -30,8 +31,9 @@ from sago_fast.run.sequential import (
     start_sequence,
 )
 from sago_fast.run.stream_settings import StreamSettings
-from sago_fast.runtime.answering import AnswerSettings, check_prompts_fit
+from sago_fast.runtime.answering import AnswerSettings, answer_chunk
 from sago_fast.runtime.generate import GenerationSettings
+from sago_fast.runtime.prompting import check_prompts_fit
 from sago_fast.store import rows as build
 from sago_fast.store.rows import TableRows
 from sago_fast.store.store import ChunksDone
@@ -65,18 +67,21 @@ def drive_unit(
     unit's tracker is fed their values); stop_rule: when a sequential unit stops, asked before its first
     chunk and after each (after a yield: when the consumer comes back for more); aliases: every checkpoint
     name under which the run met this model's content."""
-    ordered, tracker = start_sequence(variants, sequential or SequentialSettings(), done.sequence_values)
-    check_prompts_fit(model, data, variants, settings)
     facts = ModelFacts.of(model, aliases)
-    context = model_context(facts, ordered, stream)
+    ordered, tracker = start_sequence(variants, sequential or SequentialSettings(), done.sequence_values)
+    check_prompts_fit(model, data, variants, settings.prompt_format, settings.generation.max_new_tokens)
+    context, chunks = prepare_unit(facts, ordered, stream, frozenset(done.example_ids))
     examples = {e.example_id: e for e in data.examples}
-    chunks = plan_unit_chunks(facts, ordered, stream, frozenset(done.example_ids))
     stop = stop_rule(unit_id, tracker) if tracker is not None else None  # stopped before an interruption
     for offset, chunk_variants in enumerate(chunks):
         if stop is not None:
             break
         start = time.perf_counter()
-        records = evaluate_chunk(model, examples, chunk_variants, settings, context, done.n_chunks + offset)
+        chunk_examples = [examples[e] for e in dict.fromkeys(v.example_id for v in chunk_variants)]
+        answers, alone = answer_chunk(model, chunk_examples, chunk_variants, settings)
+        index = done.n_chunks + offset
+        records = chunk_records(context, examples, chunk_variants, answers, alone, model.tokenizer, index)
+        del answers, alone  # the chunk's (Nv, vocab) and hidden-state arrays go before the next chunk's come
         seconds = time.perf_counter() - start
         if tracker is None:
             yield replace(records, seconds=seconds)

@@ -13,9 +13,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
-from sago_fast.errors import InputError
 from sago_fast.runtime.free_answers import FreeAnswer, answer_generations_prefilled
 from sago_fast.runtime.generate import GenerationSettings
 from sago_fast.runtime.options import (
@@ -26,7 +23,7 @@ from sago_fast.runtime.options import (
     check_answer_mode,
 )
 from sago_fast.runtime.prompting import ModelPrompts, PromptFormat, model_prompts
-from sago_fast.types import Dataset, Example, ProbeResult, Variant
+from sago_fast.types import Example, ProbeResult, Variant
 
 if TYPE_CHECKING:
     from sago_fast.runtime.protocol import LanguageModel
@@ -106,25 +103,7 @@ def answer_unit(
                 primary[i] = answer
         parts.append((rows, prefill.probe))
         processed += prefill.tokens_processed
-    return UnitAnswers(primary, by_mode, _merge_probes(parts, len(variants)), processed)
-
-
-def _merge_probes(parts: list[tuple[list[int], ProbeResult]], n: int) -> ProbeResult:
-    """One ProbeResult in variant order from the probes of disjoint row groups (a single group already in
-    order is returned as is: no copy of its (n, vocab) arrays)."""
-    if len(parts) == 1 and parts[0][0] == list(range(n)):
-        return parts[0][1]
-    first = parts[0][1]
-    hidden_last = np.empty((first.hidden_last.shape[0], n, first.hidden_last.shape[2]), dtype=np.float32)
-    hidden_mean = np.empty_like(hidden_last)
-    next_logprobs = np.empty((n, first.next_logprobs.shape[1]), dtype=np.float32)
-    n_tokens = np.empty(n, dtype=np.int64)
-    for rows, probe in parts:
-        hidden_last[:, rows] = probe.hidden_last
-        hidden_mean[:, rows] = probe.hidden_mean
-        next_logprobs[rows] = probe.next_logprobs
-        n_tokens[rows] = probe.n_tokens
-    return ProbeResult(hidden_last, hidden_mean, next_logprobs, n_tokens)
+    return UnitAnswers(primary, by_mode, ProbeResult.in_order(parts, len(variants)), processed)
 
 
 def answer_all(
@@ -151,47 +130,19 @@ def answer_chunk(
 
     prompts = model_prompts(model.tokenizer, variants, settings.prompt_format)
     token_ids = prompts.token_ids(model.tokenizer)
-    answers = answer_unit(model, examples, variants, prompts, token_ids, settings)
-    rows = [i for i, v in enumerate(variants) if v.is_canonical]
-    again = ModelPrompts(tuple(prompts.texts[i] for i in rows), prompts.chat)
     saved = model.batch_policy
-    model.batch_policy = BatchPolicy(token_budget=saved.token_budget, max_batch=1)
+    canonical = [i for i, v in enumerate(variants) if v.is_canonical]
+    passes = (  # (rows, batch policy): every variant batched, then the canonical ones one prompt per call
+        (list(range(len(variants))), saved),
+        (canonical, BatchPolicy(token_budget=saved.token_budget, max_batch=1)),
+    )
+    answered = []
     try:
-        alone = answer_unit(
-            model, examples, [variants[i] for i in rows], again, [token_ids[i] for i in rows], settings
-        )
+        for rows, policy in passes:
+            model.batch_policy = policy
+            subset = ModelPrompts(tuple(prompts.texts[i] for i in rows), prompts.chat)
+            ids = [token_ids[i] for i in rows]
+            answered.append(answer_unit(model, examples, [variants[i] for i in rows], subset, ids, settings))
     finally:
         model.batch_policy = saved
-    return answers, alone
-
-
-def check_prompts_fit(
-    model: LanguageModel,
-    data: Dataset,
-    variants: Sequence[Variant],
-    settings: AnswerSettings,
-    batch: int = 4096,
-) -> None:
-    """Every variant's prompt plus what is appended to it (the longest option, or the generated tokens and
-    the longest reference) must fit the model's positions; characters bound tokens from above. Prompts
-    are tokenized ``batch`` at a time and only their lengths kept."""
-    limit = model.max_positions
-    if limit is None:
-        return
-    examples = {e.example_id: e for e in data.examples}
-    generation = settings.generation
-    for start in range(0, len(variants), batch):
-        part = variants[start : start + batch]
-        token_ids = model_prompts(model.tokenizer, part, settings.prompt_format).token_ids(model.tokenizer)
-        for variant, ids in zip(part, token_ids, strict=True):
-            example = examples[variant.example_id]
-            if example.has_options:
-                extra = max(len(o) for o in example.options)
-            else:
-                extra = max(generation.max_new_tokens, *(len(a) + 1 for a in example.answers))
-            if len(ids) + extra > limit:
-                raise InputError(
-                    f"dataset {data.name!r}: variant {variant.variant_id} needs about {len(ids) + extra} tokens, "
-                    f"more than the model's {limit} positions (drop long families such as fewshot_order, lower "
-                    "--max-new-tokens, or use a model with a longer context)"
-                )
+    return answered[0], answered[1]

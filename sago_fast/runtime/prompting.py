@@ -20,7 +20,7 @@ from typing import Any
 
 from sago_fast import defaults
 from sago_fast.errors import InputError
-from sago_fast.types import Variant
+from sago_fast.types import Dataset, Variant
 
 CHAT_TEMPLATE_CHOICES = ("auto", "none")
 
@@ -95,3 +95,35 @@ def model_prompts(tokenizer: Any, variants: Sequence[Variant], fmt: PromptFormat
         else:
             texts.append(f"{system}\n\n{variant.prompt}" if system else variant.prompt)
     return ModelPrompts(tuple(texts), chat)
+
+
+def check_prompts_fit(
+    model: Any,
+    data: Dataset,
+    variants: Sequence[Variant],
+    fmt: PromptFormat,
+    max_new_tokens: int,
+    batch: int = 4096,
+) -> None:
+    """Every variant's prompt plus what is appended to it (the longest option, or the generated tokens and
+    the longest reference) must fit the model's positions; characters bound tokens from above. Prompts
+    are tokenized ``batch`` at a time and only their lengths kept."""
+    limit = model.max_positions
+    if limit is None:
+        return
+    examples = {e.example_id: e for e in data.examples}
+    for start in range(0, len(variants), batch):
+        part = variants[start : start + batch]
+        token_ids = model_prompts(model.tokenizer, part, fmt).token_ids(model.tokenizer)
+        for variant, ids in zip(part, token_ids, strict=True):
+            example = examples[variant.example_id]
+            if example.has_options:
+                extra = max(len(o) for o in example.options)
+            else:
+                extra = max(max_new_tokens, *(len(a) + 1 for a in example.answers))
+            if len(ids) + extra > limit:
+                raise InputError(
+                    f"dataset {data.name!r}: variant {variant.variant_id} needs about {len(ids) + extra} tokens, "
+                    f"more than the model's {limit} positions (drop long families such as fewshot_order, lower "
+                    "--max-new-tokens, or use a model with a longer context)"
+                )

@@ -111,7 +111,7 @@ def test_ctrl_c_while_a_library_initialises_stops_the_run(tmp_path, checkpoints,
         except KeyboardInterrupt as exc:
             raise ImportError("initialization failed") from exc
 
-    monkeypatch.setattr(driver, "evaluate_chunk", interrupted_import)
+    monkeypatch.setattr(driver, "answer_chunk", interrupted_import)
     with pytest.raises(Interrupted, match="Run the same command again to resume"):
         run(config(tmp_path / "r.duckdb", checkpoints, cache_dir), progress=False)
     with Store(tmp_path / "r.duckdb", read_only=True) as store:
