@@ -26,7 +26,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from sago_fast.axes.catalogue import MetricSpec, declare
-from sago_fast.axes.records import ExampleOutputs, ScoredRows
+from sago_fast.axes.records import ExampleOutputs, ScoredRows, family_members
 from sago_fast.registry import Registry
 
 Partial = dict[str, np.ndarray]  # what one dataset scorer keeps of one chunk
@@ -79,10 +79,7 @@ class ActivationBlock:
 
     def members(self, family: str | None) -> np.ndarray:
         """(V,) bool: canonical + the family's variants (None: every meaning-preserving variant)."""
-        fam = np.asarray(self.layout)
-        if family is None:
-            return self.preserving.astype(bool)
-        return (fam == "canonical") | (fam == family)
+        return family_members(self.layout, self.preserving, family)
 
 
 @dataclass(frozen=True)

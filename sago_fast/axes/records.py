@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -33,10 +34,16 @@ class ExampleOutputs:
 
     def family_mask(self, family: str | None) -> np.ndarray:
         """Canonical + the family's variants (family None: every meaning-preserving variant)."""
-        fam = np.asarray(self.families)
-        if family is None:
-            return self.meaning_preserving.astype(bool)
-        return (fam == "canonical") | (fam == family)
+        return family_members(self.families, self.meaning_preserving, family)
+
+
+def family_members(families: Sequence[str], preserving: np.ndarray, family: str | None) -> np.ndarray:
+    """(V,) bool: the variants a score of ``family`` is computed over: canonical + the family's variants,
+    or (family None) every meaning-preserving variant. families: (V,) names; preserving: (V,) bool."""
+    if family is None:
+        return np.asarray(preserving).astype(bool)
+    names = np.asarray(families)
+    return (names == "canonical") | (names == family)
 
 
 @dataclass(frozen=True)

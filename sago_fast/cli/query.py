@@ -11,17 +11,10 @@ from typing import Annotated, Any
 import typer
 
 from sago_fast.cli.options import DbOpt
+from sago_fast.store.reads import cell_text
 
 FORMATS = ("table", "csv", "json", "markdown")
 CUT_MARK = "…"  # ends a table cell that was cut at the column width
-
-
-def _cell(value: Any) -> str:
-    if value is None:
-        return "NULL"
-    if isinstance(value, float):
-        return f"{value:.6g}"
-    return str(value)
 
 
 def _one_line(text: str) -> str:
@@ -36,7 +29,7 @@ def _fit(text: str, width: int) -> str:
 def render_table(columns: list[str], rows: list[tuple[Any, ...]], max_width: int = 60) -> str:
     """A terminal table: one line per row, cells cut at ``max_width`` characters and marked with ``…``
     (``--format csv|json|markdown`` give full values)."""
-    cells = [[_fit(_one_line(_cell(v)), max_width) for v in row] for row in rows]
+    cells = [[_fit(_one_line(cell_text(v)), max_width) for v in row] for row in rows]
     widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
     line = "  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True))
     rule = "  ".join("-" * w for w in widths)
@@ -48,7 +41,7 @@ def render_markdown(columns: list[str], rows: list[tuple[Any, ...]]) -> str:
     """A GitHub-flavoured Markdown table with full values (pipes escaped, line breaks as ``<br>``)."""
 
     def cell(value: Any) -> str:
-        return _cell(value).replace("|", "\\|").replace("\r\n", "<br>").replace("\n", "<br>")
+        return cell_text(value).replace("|", "\\|").replace("\r\n", "<br>").replace("\n", "<br>")
 
     lines = ["| " + " | ".join(cell(c) for c in columns) + " |", "|" + " --- |" * len(columns)]
     lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]

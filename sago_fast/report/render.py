@@ -13,23 +13,17 @@ from markupsafe import Markup, escape
 from sago_fast.atomic import atomic_path
 from sago_fast.report.data import ReportData, Table, load_report_data, natural_key
 from sago_fast.store import Store
+from sago_fast.store.reads import cell_text
 
 log = logging.getLogger(__name__)
-
-
-def _cell(value: Any) -> str:
-    if value is None:
-        return "NULL"
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return str(value)
 
 
 def html_table(table: Table, name: str) -> Markup:
     """A sortable table (escaped cells)."""
     head = "".join(f"<th>{escape(c)}</th>" for c in table.columns)
     body = "".join(
-        "<tr>" + "".join(f"<td>{escape(_cell(v))}</td>" for v in row) + "</tr>" for row in table.rows
+        "<tr>" + "".join(f"<td>{escape(cell_text(v, digits=4))}</td>" for v in row) + "</tr>"
+        for row in table.rows
     )
     return Markup(
         f'<table class="sortable" id="table-{escape(name)}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'

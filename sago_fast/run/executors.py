@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from sago_fast.errors import InputError
@@ -37,18 +38,31 @@ def _subset(plan: Plan, units: Sequence[Unit]) -> tuple[dict, dict]:
     }
 
 
+@dataclass(frozen=True)
+class Work:
+    """What an executor (or the lockstep scheduler) is given: the run's plan, the units to do, its
+    settings, where progress goes, and the chunks earlier invocations committed (unit id -> chunks)."""
+
+    plan: Plan
+    units: Sequence[Unit]
+    config: RunConfig
+    progress: RunProgress | None = None
+    resume: Mapping[str, ChunksDone] = field(default_factory=dict)
+
+
 @EXECUTORS.register("local")
-def local_outcomes(
-    plan: Plan,
-    units: Sequence[Unit],
-    config: RunConfig,
-    progress: RunProgress | None = None,
-    resume: Mapping[str, ChunksDone] | None = None,
-) -> Iterator[Outcome]:
+def local_outcomes(work: Work) -> Iterator[Outcome]:
     """One checkpoint after the other, in run order, in this process."""
-    for checkpoint, group in plan.by_checkpoint(units):
+    plan = work.plan
+    for checkpoint, group in plan.by_checkpoint(work.units):
         yield from evaluate_checkpoint(
-            checkpoint, group, plan.datasets, plan.variants, config, progress=progress, resume=resume
+            checkpoint,
+            group,
+            plan.datasets,
+            plan.variants,
+            work.config,
+            progress=work.progress,
+            resume=work.resume,
         )
 
 
@@ -60,13 +74,7 @@ def _ray_task(checkpoint, units, datasets, variants, config, threads, resume) ->
 
 
 @EXECUTORS.register("ray")
-def ray_outcomes(
-    plan: Plan,
-    units: Sequence[Unit],
-    config: RunConfig,
-    progress: RunProgress | None = None,
-    resume: Mapping[str, ChunksDone] | None = None,
-) -> Iterator[Outcome]:
+def ray_outcomes(work: Work) -> Iterator[Outcome]:
     """Chunks and units finish on the workers; ``progress`` hears of each when its outcome arrives."""
     try:
         import ray
@@ -77,15 +85,16 @@ def ray_outcomes(
         # RAY_ADDRESS joins an existing cluster; otherwise a local one is started for this run
         ray.init(address=os.environ.get("RAY_ADDRESS"), include_dashboard=False, log_to_driver=False)
     try:
+        plan, config, resume = work.plan, work.config, work.resume
         gpus = 1 if config.device == "cuda" else 0
         cpus = config.ray_cpus_per_task
         task = ray.remote(
             num_cpus=cpus, num_gpus=gpus, max_retries=config.ray_max_retries, num_returns="streaming"
         )(_ray_task)
         streams = []
-        for checkpoint, group in plan.by_checkpoint(units):
+        for checkpoint, group in plan.by_checkpoint(work.units):
             datasets, variants = _subset(plan, group)
-            mine = {u.unit_id: (resume or {})[u.unit_id] for u in group if u.unit_id in (resume or {})}
+            mine = {u.unit_id: resume[u.unit_id] for u in group if u.unit_id in resume}
             streams.append(
                 task.remote(checkpoint, group, datasets, variants, config, max(1, int(cpus)), mine)
             )

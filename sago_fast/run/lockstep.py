@@ -18,8 +18,8 @@ from sago_fast.errors import InputError
 from sago_fast.run.checkpoint import ChunkOutcome, UnitOutcome, evaluate_checkpoint
 from sago_fast.run.config import RunConfig
 from sago_fast.run.driver import NOTHING_DONE
+from sago_fast.run.executors import Work
 from sago_fast.run.plan import Plan, Unit
-from sago_fast.run.progress import RunProgress
 from sago_fast.run.separation import SeparationMonitor, Side
 from sago_fast.run.sequential import ACCURACY, visited_variants
 from sago_fast.store.rows import decode_values
@@ -59,17 +59,11 @@ def _visited_ids(variants: Sequence, config: RunConfig) -> list[str]:
     return list(dict.fromkeys(v.example_id for v in visited_variants(variants, config.sequential)))
 
 
-def lockstep_outcomes(
-    plan: Plan,
-    units: Sequence[Unit],
-    config: RunConfig,
-    progress: RunProgress | None = None,
-    resume: Mapping[str, ChunksDone] | None = None,
-) -> Iterator[ChunkOutcome | UnitOutcome]:
-    """``units`` to do, the models advancing together (see the module docstring). resume: the chunks
-    committed by an earlier invocation, of the units to do and of the finished ones (their values feed
-    the comparisons again)."""
-    resume = resume or {}
+def lockstep_outcomes(work: Work) -> Iterator[ChunkOutcome | UnitOutcome]:
+    """``work.units`` to do, the models advancing together (see the module docstring). ``work.resume``:
+    the chunks committed by an earlier invocation, of the units to do and of the finished ones (their
+    values feed the comparisons again)."""
+    plan, units, config, progress, resume = work.plan, work.units, work.config, work.progress, work.resume
     monitor = comparison_monitor(plan, config)
     for unit in plan.units:
         for text in resume.get(unit.unit_id, NOTHING_DONE).sequence_values:

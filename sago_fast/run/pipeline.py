@@ -18,7 +18,7 @@ from sago_fast.errors import DiskFullError, Interrupted, SagoError
 from sago_fast.run.checkpoint import ChunkOutcome, UnitOutcome
 from sago_fast.run.chunk import finish_unit
 from sago_fast.run.config import RunConfig
-from sago_fast.run.executors import EXECUTORS
+from sago_fast.run.executors import EXECUTORS, Work
 from sago_fast.run.plan import Plan, Unit, parse_shard, plan_run
 from sago_fast.run.progress import RunProgress
 from sago_fast.run.sinks import DuckDBSink, ParquetShardSink, Sink
@@ -307,11 +307,12 @@ def _outcomes(
     resume: dict[str, ChunksDone],
 ) -> Iterator[ChunkOutcome | UnitOutcome]:
     """The units' outcomes: the compared models in lockstep (``--until-separated``), else the executor's."""
+    work = Work(plan, units, config, progress, resume)
     if config.until_separated:
         from sago_fast.run.lockstep import lockstep_outcomes
 
-        return lockstep_outcomes(plan, units, config, progress, resume)
-    return EXECUTORS.get(config.executor)(plan, units, config, progress, resume)
+        return lockstep_outcomes(work)
+    return EXECUTORS.get(config.executor)(work)
 
 
 def _finish(

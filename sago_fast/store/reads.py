@@ -7,6 +7,7 @@ as they are. Callers never unpack positional tuples.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,136 +27,13 @@ class Table:
         return [dict(zip(self.columns, row, strict=True)) for row in self.rows]
 
 
-class RunReads:
-    """The reads of one run (``run_id``) of ``store``."""
-
-    def __init__(self, store: Store, run_id: str) -> None:
-        self.store = store
-        self.run_id = run_id
-
-    def _table(self, sql: str, **params: Any) -> Table:
-        bound = {name: value for name, value in {"run": self.run_id, **params}.items() if f"${name}" in sql}
-        columns, rows = self.store.query(sql, bound)
-        return Table(columns, rows)
-
-    def _rows(self, sql: str, **params: Any) -> list[Row]:
-        return self._table(sql, **params).records()
-
-    # -- the run ------------------------------------------------------------------------------------------
-    def exists(self) -> bool:
-        return bool(self._rows(_RUN_EXISTS)[0]["n"])
-
-    def run_info(self) -> Row | None:
-        """run_id, created_at, command, sago_version, device, provider, status."""
-        rows = self._rows(_RUN)
-        return rows[0] if rows else None
-
-    def model_names(self) -> dict[str, str]:
-        return {r["model_id"]: r["model"] for r in self._rows(_MODEL_NAMES)}
-
-    def dataset_names(self) -> dict[str, str]:
-        return {r["dataset_id"]: r["name"] for r in self._rows(_DATASET_NAMES)}
-
-    def checkpoint_positions(self) -> list[Row]:
-        """model_id, training_run, step of every training-run checkpoint, in step order."""
-        return self._rows(_CHECKPOINT_POSITIONS)
-
-    # -- what the statistics read --------------------------------------------------------------------------
-    def item_scores(self) -> list[Row]:
-        """model_id, dataset_id, axis, metric, family, example_id, value."""
-        return self._rows(_ITEM_SCORES)
-
-    def canonical_outputs(self) -> list[Row]:
-        """model_id, dataset_id, example_id, replicate, correct, p_gold, option_logprobs of canonical variants."""
-        return self._rows(_CANONICAL_OUTPUTS)
-
-    def replicate_distances(self) -> list[Row]:
-        """model_id, dataset_id, example_id, value: the replicate pair's distance, mean over layers."""
-        return self._rows(_REPLICATE_DISTANCE)
-
-    def variant_counts(self) -> list[Row]:
-        """dataset_id, example_id, family, preserving, n: variants per family and example."""
-        return self._rows(_VARIANT_COUNTS)
-
-    def final_sequences(self) -> list[Row]:
-        """model_id, dataset_id, metric, lower, upper, n_values: sequential units after their last chunk."""
-        return self._rows(_FINAL_SEQUENCES)
-
-    def final_comparisons(self) -> list[Row]:
-        """dataset_id, model_a, model_b, metric, lower, upper: --until-separated comparisons at their end."""
-        return self._rows(_FINAL_COMPARISONS)
-
-    def n_changes(self) -> int:
-        return int(self._rows(_N_CHANGES)[0]["n"])
-
-    def changes(self) -> Table:
-        """Significant consecutive-checkpoint changes, as ``sago stats`` prints them."""
-        return self._table(_CHANGES)
-
-    def sequential_units(self) -> Table:
-        """Each sequential unit: model, dataset, stop_reason, examples_used, examples_available."""
-        return self._table(_SEQUENTIAL_UNITS)
-
-    def separations(self) -> Table:
-        """Each --until-separated comparison and metric after its last chunk, with its verdict."""
-        return self._table(_SEPARATIONS)
-
-    # -- what the report reads -------------------------------------------------------------------------------
-    def headline(self) -> Table:
-        return self._table(_HEADLINE)
-
-    def tests(self) -> list[str]:
-        return [r["test"] for r in self._rows(_TESTS)]
-
-    def layers(self) -> list[Row]:
-        """model, dataset, layer, value: dispersion per layer (all meaning-preserving variants, mean pooling)."""
-        return self._rows(_LAYERS)
-
-    def ranks(self) -> list[Row]:
-        """axis, metric, source, model, rank."""
-        return self._rows(_RANKS)
-
-    def reversals(self) -> Table:
-        return self._table(_REVERSALS)
-
-    def agreement(self) -> Table:
-        return self._table(_AGREEMENT)
-
-    def correlations(self) -> list[Row]:
-        """model, dataset, axis_a, axis_b, spearman, partial."""
-        return self._rows(_CORRELATIONS)
-
-    def significance(self) -> Table:
-        return self._table(_SIGNIFICANCE)
-
-    def trajectories(self) -> list[Row]:
-        """training_run, dataset, axis, metric, step, estimate, ci_low, ci_high of the headline metrics."""
-        return self._rows(_TRAJECTORIES)
-
-    def significant_changes(self) -> Table:
-        return self._table(_SIGNIFICANT_CHANGES)
-
-    def sequences(self) -> list[Row]:
-        """model, dataset, metric, n_examples, half_width, precision of every chunk of sequential units."""
-        return self._rows(_SEQUENCES)
-
-    def n_datasets(self) -> int:
-        return int(self._rows(_N_DATASETS)[0]["n"])
-
-    def unstable(self, limit: int, per_dataset: int) -> list[Row]:
-        """model_id, dataset_id, example_id, value, model, dataset, question of the examples with the
-        highest answer disagreement."""
-        return self._rows(_UNSTABLE, limit=limit, per_dataset=per_dataset)
-
-    def example_variants(self, model_id: str, dataset_id: str, example_id: str) -> list[Row]:
-        """family, prompt, answer, correct, generation of one example's variants (canonical first)."""
-        return self._rows(_EXAMPLE_VARIANTS, model=model_id, dataset=dataset_id, example=example_id)
-
-
-def latest_finished_run(store: Store) -> str | None:
-    """The newest run whose units are all done (``done`` or ``unscored``), or None."""
-    _, rows = store.query(_LATEST_DONE_RUN)
-    return str(rows[0][0]) if rows else None
+def cell_text(value: Any, digits: int = 6) -> str:
+    """A cell as printed or shown: NULL, a float to ``digits`` significant digits, else its text."""
+    if value is None:
+        return "NULL"
+    if isinstance(value, float):
+        return f"{value:.{digits}g}"
+    return str(value)
 
 
 _RUN = (
@@ -365,3 +243,121 @@ _CANONICAL_OUTPUTS = """
     FROM outputs o JOIN variants v ON v.dataset_id = o.dataset_id AND v.variant_id = o.variant_id
     WHERE o.run_id = $run AND v.is_canonical
 """
+
+
+def _rows_read(sql: str, doc: str) -> Callable[[RunReads], list[Row]]:
+    """A read method returning named rows of ``sql`` (its columns: ``doc``)."""
+
+    def read(self: RunReads) -> list[Row]:
+        return self._rows(sql)
+
+    read.__doc__ = doc
+    return read
+
+
+def _table_read(sql: str, doc: str) -> Callable[[RunReads], Table]:
+    """A read method returning ``sql``'s result as a :class:`Table` (shown as it is)."""
+
+    def read(self: RunReads) -> Table:
+        return self._table(sql)
+
+    read.__doc__ = doc
+    return read
+
+
+class RunReads:
+    """The reads of one run (``run_id``) of ``store``."""
+
+    def __init__(self, store: Store, run_id: str) -> None:
+        self.store = store
+        self.run_id = run_id
+
+    def _table(self, sql: str, **params: Any) -> Table:
+        bound = {name: value for name, value in {"run": self.run_id, **params}.items() if f"${name}" in sql}
+        columns, rows = self.store.query(sql, bound)
+        return Table(columns, rows)
+
+    def _rows(self, sql: str, **params: Any) -> list[Row]:
+        return self._table(sql, **params).records()
+
+    # -- the run ------------------------------------------------------------------------------------------
+    def exists(self) -> bool:
+        return bool(self._rows(_RUN_EXISTS)[0]["n"])
+
+    def run_info(self) -> Row | None:
+        """run_id, created_at, command, sago_version, device, provider, status."""
+        rows = self._rows(_RUN)
+        return rows[0] if rows else None
+
+    def model_names(self) -> dict[str, str]:
+        return {r["model_id"]: r["model"] for r in self._rows(_MODEL_NAMES)}
+
+    def dataset_names(self) -> dict[str, str]:
+        return {r["dataset_id"]: r["name"] for r in self._rows(_DATASET_NAMES)}
+
+    def n_changes(self) -> int:
+        return int(self._rows(_N_CHANGES)[0]["n"])
+
+    def n_datasets(self) -> int:
+        return int(self._rows(_N_DATASETS)[0]["n"])
+
+    def tests(self) -> list[str]:
+        return [r["test"] for r in self._rows(_TESTS)]
+
+    def unstable(self, limit: int, per_dataset: int) -> list[Row]:
+        """model_id, dataset_id, example_id, value, model, dataset, question of the examples with the
+        highest answer disagreement."""
+        return self._rows(_UNSTABLE, limit=limit, per_dataset=per_dataset)
+
+    def example_variants(self, model_id: str, dataset_id: str, example_id: str) -> list[Row]:
+        """family, prompt, answer, correct, generation of one example's variants (canonical first)."""
+        return self._rows(_EXAMPLE_VARIANTS, model=model_id, dataset=dataset_id, example=example_id)
+
+    # -- named rows: the statistics, the report's plots --------------------------------------------------------
+    checkpoint_positions = _rows_read(_CHECKPOINT_POSITIONS, "model_id, training_run, step, in step order.")
+    item_scores = _rows_read(_ITEM_SCORES, "model_id, dataset_id, axis, metric, family, example_id, value.")
+    canonical_outputs = _rows_read(
+        _CANONICAL_OUTPUTS, "model_id, dataset_id, example_id, replicate, correct, p_gold, option_logprobs."
+    )
+    replicate_distances = _rows_read(
+        _REPLICATE_DISTANCE, "model_id, dataset_id, example_id, value: the replicate pair, mean over layers."
+    )
+    variant_counts = _rows_read(_VARIANT_COUNTS, "dataset_id, example_id, family, preserving, n.")
+    final_sequences = _rows_read(
+        _FINAL_SEQUENCES, "model_id, dataset_id, metric, lower, upper, n_values after each unit's last chunk."
+    )
+    final_comparisons = _rows_read(
+        _FINAL_COMPARISONS,
+        "dataset_id, model_a, model_b, metric, lower, upper of each comparison at its end.",
+    )
+    layers = _rows_read(_LAYERS, "model, dataset, layer, value: dispersion per layer (mean pooling).")
+    ranks = _rows_read(_RANKS, "axis, metric, source, model, rank.")
+    correlations = _rows_read(_CORRELATIONS, "model, dataset, axis_a, axis_b, spearman, partial.")
+    trajectories = _rows_read(
+        _TRAJECTORIES,
+        "training_run, dataset, axis, metric, step, estimate, ci_low, ci_high (headline metrics).",
+    )
+    sequences = _rows_read(
+        _SEQUENCES, "model, dataset, metric, n_examples, half_width, precision of every sequential chunk."
+    )
+
+    # -- tables shown as they are ------------------------------------------------------------------------------
+    headline = _table_read(_HEADLINE, "Each model × dataset × axis: its headline metric's estimate and CI.")
+    reversals = _table_read(_REVERSALS, "Significant rank reversals between datasets.")
+    agreement = _table_read(_AGREEMENT, "Ranking agreement between datasets (Kendall's W, tau).")
+    significance = _table_read(_SIGNIFICANCE, "Every test of model_scores.")
+    significant_changes = _table_read(_SIGNIFICANT_CHANGES, "Significant consecutive-checkpoint changes.")
+    changes = _table_read(
+        _CHANGES, "Significant consecutive-checkpoint changes, as `sago stats` prints them."
+    )
+    sequential_units = _table_read(
+        _SEQUENTIAL_UNITS,
+        "Each sequential unit: model, dataset, stop_reason, examples_used, examples_available.",
+    )
+    separations = _table_read(_SEPARATIONS, "Each --until-separated comparison and metric, with its verdict.")
+
+
+def latest_finished_run(store: Store) -> str | None:
+    """The newest run whose units are all done (``done`` or ``unscored``), or None."""
+    _, rows = store.query(_LATEST_DONE_RUN)
+    return str(rows[0][0]) if rows else None

@@ -191,17 +191,13 @@ def decode_values(text: str | None) -> dict[str, dict[str, float]]:
 
 # -- what the scorers computed --------------------------------------------------------------------------
 def scored_columns(scored: ScoredRows) -> TableRows:
-    """``item_scores``, ``layer_scores``, ``dataset_scores`` and ``unit_estimators`` columns."""
-    items = scored.items
+    """``item_scores``, ``layer_scores``, ``dataset_scores`` and ``unit_estimators`` columns (every column
+    present, with no rows too)."""
+    from sago_fast.axes.records import DatasetScore, Estimator, ItemScore
+
     layers = scored.layers
     return {
-        "item_scores": {
-            "example_id": [s.example_id for s in items],
-            "axis": [s.axis for s in items],
-            "metric": [s.metric for s in items],
-            "family": [s.family for s in items],
-            "value": [float(s.value) for s in items],
-        },
+        "item_scores": _typed_columns(ItemScore, scored.items),
         "layer_scores": {
             "example_id": [e for block in layers for e in block.example_id],
             "layer": [int(x) for block in layers for x in block.layer],
@@ -210,22 +206,17 @@ def scored_columns(scored: ScoredRows) -> TableRows:
             "family": [f for block in layers for f in block.family],
             "value": [float(v) for block in layers for v in block.value],
         },
-        "dataset_scores": {
-            "axis": [s.axis for s in scored.datasets],
-            "metric": [s.metric for s in scored.datasets],
-            "family": [s.family for s in scored.datasets],
-            "layer": [s.layer for s in scored.datasets],
-            "pooling": [s.pooling for s in scored.datasets],
-            "value": [float(s.value) for s in scored.datasets],
-        },
-        "unit_estimators": {
-            "metric": [e.metric for e in scored.estimators],
-            "estimator": [e.estimator for e in scored.estimators],
-            "sample_size": [e.sample_size for e in scored.estimators],
-            "population": [e.population for e in scored.estimators],
-            "seed": [e.seed for e in scored.estimators],
-        },
+        "dataset_scores": _typed_columns(DatasetScore, scored.datasets),
+        "unit_estimators": _typed_columns(Estimator, scored.estimators),
     }
+
+
+def _typed_columns(kind: type, records: Sequence[Any]) -> Columns:
+    """Columns of ``records`` (dataclasses of ``kind``), in field order; ``value`` as Python floats."""
+    columns = {f.name: [getattr(r, f.name) for r in records] for f in fields(kind)}
+    if "value" in columns:
+        columns["value"] = [float(v) for v in columns["value"]]
+    return columns
 
 
 # -- what was evaluated ---------------------------------------------------------------------------------
@@ -279,32 +270,48 @@ def dataset_columns(data: Dataset) -> Columns:
     }
 
 
+def _attributes(items: Sequence[Any], *names: str) -> Columns:
+    """One column per attribute name of ``items`` (tuples stored as lists)."""
+    return {name: [_listed(getattr(item, name)) for item in items] for name in names}
+
+
+def _listed(value: Any) -> Any:
+    return list(value) if isinstance(value, tuple) else value
+
+
 def example_columns(dataset_id: str, examples: Sequence[Example]) -> Columns:
     return {
         "dataset_id": [dataset_id] * len(examples),
-        "example_id": [e.example_id for e in examples],
-        "task_type": [e.task_type for e in examples],
-        "question": [e.question for e in examples],
-        "options": [list(e.options) for e in examples],
-        "answer_index": [e.answer_index for e in examples],
-        "answers": [list(e.answers) for e in examples],
+        **_attributes(examples, "example_id", "task_type", "question", "options", "answer_index", "answers"),
     }
 
 
 def variant_columns(dataset_id: str, variants: Sequence[Variant]) -> Columns:
-    return {
-        "dataset_id": [dataset_id] * len(variants),
-        "example_id": [v.example_id for v in variants],
-        "variant_id": [v.variant_id for v in variants],
-        "family": [v.family for v in variants],
-        "params_json": [v.params for v in variants],
-        "is_canonical": [v.is_canonical for v in variants],
-        "meaning_preserving": [v.meaning_preserving for v in variants],
-        "prompt": [v.prompt for v in variants],
-        "option_order": [list(v.option_order) for v in variants],
-        "option_labels": [list(v.option_labels) for v in variants],
-        "system_prompt": [v.system_prompt for v in variants],
-    }
+    columns = _attributes(
+        variants,
+        "example_id",
+        "variant_id",
+        "family",
+        "params",
+        "is_canonical",
+        "meaning_preserving",
+        "prompt",
+        "option_order",
+        "option_labels",
+        "system_prompt",
+    )
+    columns["params_json"] = columns.pop("params")
+    order = (
+        "example_id",
+        "variant_id",
+        "family",
+        "params_json",
+        "is_canonical",
+        "meaning_preserving",
+        "prompt",
+    )
+    ordered = {name: columns.pop(name) for name in order}  # the table's column order
+    return {"dataset_id": [dataset_id] * len(variants), **ordered, **columns}
 
 
 # -- the run's own records --------------------------------------------------------------------------------
@@ -394,21 +401,18 @@ def sequence_columns(
     unit's :class:`~sago_fast.run.sequential.SequentialSettings`)."""
     n = len(bounds)
     return {
-        "run_id": [run_id] * n,
-        "unit_id": [unit_id] * n,
-        "model_id": [model_id] * n,
-        "dataset_id": [dataset_id] * n,
-        "chunk": [chunk] * n,
-        "n_examples": [n_examples] * n,
+        **_repeated(n, run_id=run_id, unit_id=unit_id, model_id=model_id, dataset_id=dataset_id),
+        **_repeated(n, chunk=chunk, n_examples=n_examples),
         "metric": [b.metric for b in bounds],
         "n_values": [b.n for b in bounds],
-        "estimate": [b.estimate for b in bounds],
-        "lower": [b.lower for b in bounds],
-        "upper": [b.upper for b in bounds],
-        "half_width": [b.half_width for b in bounds],
-        "precision": [settings.precision] * n,
-        "alpha": [settings.alpha] * n,
+        **_attributes(bounds, "estimate", "lower", "upper", "half_width"),
+        **_repeated(n, precision=settings.precision, alpha=settings.alpha),
     }
+
+
+def _repeated(n: int, **values: Any) -> Columns:
+    """Columns of ``n`` rows that all hold the same value."""
+    return {name: [value] * n for name, value in values.items()}
 
 
 def comparison_sequence_columns(
@@ -420,9 +424,7 @@ def comparison_sequence_columns(
     n = len(bounds)
     precision = settings.precision
     return {
-        "run_id": [run_id] * n,
-        "unit_id": [unit_id] * n,
-        "chunk": [chunk] * n,
+        **_repeated(n, run_id=run_id, unit_id=unit_id, chunk=chunk),
         "dataset_id": [b.dataset_id for b in bounds],
         "model_a": [b.a.model_id for b in bounds],
         "model_b": [b.b.model_id for b in bounds],
@@ -430,10 +432,7 @@ def comparison_sequence_columns(
         "n_examples": [b.n_examples for b in bounds],
         "n_values": [b.n for b in bounds],
         "difference": [b.estimate for b in bounds],
-        "lower": [b.lower for b in bounds],
-        "upper": [b.upper for b in bounds],
-        "half_width": [b.half_width for b in bounds],
-        "sign": [b.sign for b in bounds],
+        **_attributes(bounds, "lower", "upper", "half_width", "sign"),
         "settled": [b.settled(precision) for b in bounds],
         "precision": [precision] * n,
         "alpha": [b.alpha for b in bounds],

@@ -85,7 +85,7 @@ def test_the_run_names_the_unit_in_progress(tmp_path, checkpoints, cache_dir):
     """Lines mode: each unit's start names it before its passes run, and its end says how it went."""
     from sago_fast.run import RunConfig
     from sago_fast.run.checkpoint import ChunkOutcome
-    from sago_fast.run.executors import local_outcomes
+    from sago_fast.run.executors import Work, local_outcomes
     from sago_fast.run.plan import plan_run
     from sago_fast.run.progress import RunProgress
 
@@ -102,7 +102,7 @@ def test_the_run_names_the_unit_in_progress(tmp_path, checkpoints, cache_dir):
     out = io.StringIO()
     progress = RunProgress(len(plan.units), 0, "lines", file=out)
     seen = []
-    for outcome in local_outcomes(plan, plan.units, config, progress):
+    for outcome in local_outcomes(Work(plan, plan.units, config, progress)):
         if isinstance(outcome, ChunkOutcome):
             progress.examples(outcome.checkpoint, outcome.n_examples, 2, outcome.unit_id)
             continue
