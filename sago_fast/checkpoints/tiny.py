@@ -47,51 +47,36 @@ class TinySize:
     @classmethod
     def smollm2_135m(cls) -> TinySize:
         """SmolLM2-135M's dimensions (hidden 576, 30 layers, 9 heads / 3 KV heads, vocab 49,152), random."""
-        return cls(
-            hidden=576,
-            layers=30,
-            heads=9,
-            kv_heads=3,
-            intermediate=1536,
-            max_positions=2048,
-            vocab_size=49152,
-        )
+        return cls(576, 30, heads=9, kv_heads=3, intermediate=1536, max_positions=2048, vocab_size=49152)
 
     @classmethod
     def bench_1b(cls) -> TinySize:
         """~1.07B-parameter Llama-style dimensions (hidden 2048, 20 layers, GQA 16/8 heads, vocab 32k),
         randomly initialised, for GPU throughput checks (``benchmarks/gpu_check.sh``)."""
-        return cls(
-            hidden=2048,
-            layers=20,
-            heads=16,
-            kv_heads=8,
-            intermediate=5632,
-            max_positions=2048,
-            vocab_size=32000,
-        )
+        return cls(2048, 20, heads=16, kv_heads=8, intermediate=5632, max_positions=2048, vocab_size=32000)
 
 
 ConfigFactory = Callable[[TinySize, int], dict[str, Any]]
 ARCHITECTURES: Registry[ConfigFactory] = Registry("architecture")
 
 
-def _special_ids() -> dict[str, int]:
-    return {"pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}
-
-
-def _llama_like(s: TinySize, vocab: int) -> dict[str, Any]:
+def _hf_names(s: TinySize, vocab: int) -> dict[str, Any]:
+    """The dimensions under the names most Hugging Face configs use, with the special token ids."""
     return {
         "hidden_size": s.hidden,
         "intermediate_size": s.intermediate,
         "num_hidden_layers": s.layers,
         "num_attention_heads": s.heads,
-        "num_key_value_heads": s.kv_heads,
         "max_position_embeddings": s.max_positions,
         "vocab_size": vocab,
-        "tie_word_embeddings": False,
-        **_special_ids(),
+        "pad_token_id": 0,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
     }
+
+
+def _llama_like(s: TinySize, vocab: int) -> dict[str, Any]:
+    return {**_hf_names(s, vocab), "num_key_value_heads": s.kv_heads, "tie_word_embeddings": False}
 
 
 for _name in ("llama", "mistral", "qwen2", "phi3"):
@@ -103,48 +88,30 @@ def _gemma(s: TinySize, vocab: int) -> dict[str, Any]:
     return {**_llama_like(s, vocab), "head_dim": s.hidden // s.heads, "tie_word_embeddings": True}
 
 
+GPT2_NAMES = {  # the common names -> GPT-2's
+    "hidden_size": "n_embd",
+    "intermediate_size": "n_inner",
+    "num_hidden_layers": "n_layer",
+    "num_attention_heads": "n_head",
+    "max_position_embeddings": "n_positions",
+}
+
+
 @ARCHITECTURES.register("gpt2")
 def _gpt2(s: TinySize, vocab: int) -> dict[str, Any]:
-    return {
-        "n_embd": s.hidden,
-        "n_layer": s.layers,
-        "n_head": s.heads,
-        "n_inner": s.intermediate,
-        "n_positions": s.max_positions,
-        "vocab_size": vocab,
-        **_special_ids(),
-    }
+    return {GPT2_NAMES.get(name, name): value for name, value in _hf_names(s, vocab).items()}
 
 
-@ARCHITECTURES.register("gpt_neox")
-def _gpt_neox(s: TinySize, vocab: int) -> dict[str, Any]:
-    return {
-        "hidden_size": s.hidden,
-        "intermediate_size": s.intermediate,
-        "num_hidden_layers": s.layers,
-        "num_attention_heads": s.heads,
-        "max_position_embeddings": s.max_positions,
-        "vocab_size": vocab,
-        **_special_ids(),
-    }
+ARCHITECTURES.add("gpt_neox", _hf_names)
 
 
 @ARCHITECTURES.register("falcon")
 def _falcon(s: TinySize, vocab: int) -> dict[str, Any]:
-    """Falcon's new decoder architecture with grouped KV heads (the Falcon-40B/180B layout)."""
-    return {
-        "hidden_size": s.hidden,
-        "num_hidden_layers": s.layers,
-        "num_attention_heads": s.heads,
-        "num_kv_heads": s.kv_heads,
-        "new_decoder_architecture": True,
-        "alibi": False,
-        "bias": False,
-        "parallel_attn": True,
-        "max_position_embeddings": s.max_positions,
-        "vocab_size": vocab,
-        **_special_ids(),
-    }
+    """Falcon's new decoder architecture with grouped KV heads (the Falcon-40B/180B layout; its MLP is
+    4 x hidden, so ``intermediate`` is not read)."""
+    names = {k: v for k, v in _hf_names(s, vocab).items() if k != "intermediate_size"}
+    flags = {"new_decoder_architecture": True, "alibi": False, "bias": False, "parallel_attn": True}
+    return {**names, **flags, "num_kv_heads": s.kv_heads}
 
 
 DEFAULT_CORPUS = (

@@ -93,7 +93,7 @@ def pairwise_batched(X: np.ndarray, metric: str = "cosine", *, check: bool = Tru
         return blas
     rows = m.prepare(X)
     drivers = _drivers(m)
-    return drivers.batched_tiled(rows) if m.tiled is not None else drivers.pairs_batched(rows)
+    return drivers.batched(rows)
 
 
 def pairwise_layers(H: np.ndarray, metric: str = "cosine", *, check: bool = True) -> np.ndarray:

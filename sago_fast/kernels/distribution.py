@@ -20,42 +20,40 @@ BLOCK = 256
 LN2 = math.log(2.0)
 
 
+@njit(inline="always")
+def _mid(p, q, i, alone):  # type: ignore[no-untyped-def]
+    return p[i] if alone else np.float32(0.5) * (p[i] + q[i])
+
+
 @njit(cache=True, fastmath=SAFE_FASTMATH)
-def neg_entropy(p):  # type: ignore[no-untyped-def]
-    """sum_i p_i log p_i (float32 input; 0 log 0 = 0)."""
+def _mid_neg_entropy(p, q, alone):  # type: ignore[no-untyped-def]
+    """sum_i m_i log m_i with m = p (``alone``) or m = (p + q) / 2 (float32 input; 0 log 0 = 0)."""
     n = p.shape[0]
     full = n - n % BLOCK
     total = 0.0
     for start in range(0, full, BLOCK):
         s = np.float32(0.0)
         for i in range(BLOCK):
-            x = p[start + i]
-            s += x * logf(max(x, FLOAT32_TINY))
-        total += s
-    s = np.float32(0.0)
-    for i in range(full, n):
-        x = p[i]
-        s += x * logf(max(x, FLOAT32_TINY))
-    return total + s
-
-
-@njit(cache=True, fastmath=SAFE_FASTMATH)
-def js(p, q, aux_p, aux_q):  # type: ignore[no-untyped-def]
-    """JS(p, q) = (sum p log p + sum q log q) / 2 - sum m log m, m = (p + q) / 2; in [0, ln 2]."""
-    n = p.shape[0]
-    full = n - n % BLOCK
-    total = 0.0
-    for start in range(0, full, BLOCK):
-        s = np.float32(0.0)
-        for i in range(BLOCK):
-            m = np.float32(0.5) * (p[start + i] + q[start + i])
+            m = _mid(p, q, start + i, alone)
             s += m * logf(max(m, FLOAT32_TINY))
         total += s
     s = np.float32(0.0)
     for i in range(full, n):
-        m = np.float32(0.5) * (p[i] + q[i])
+        m = _mid(p, q, i, alone)
         s += m * logf(max(m, FLOAT32_TINY))
-    d = 0.5 * (aux_p + aux_q) - (total + s)
+    return total + s
+
+
+@njit(cache=True)
+def neg_entropy(p):  # type: ignore[no-untyped-def]
+    """sum_i p_i log p_i (float32 input; 0 log 0 = 0)."""
+    return _mid_neg_entropy(p, p, True)
+
+
+@njit(cache=True)
+def js(p, q, aux_p, aux_q):  # type: ignore[no-untyped-def]
+    """JS(p, q) = (sum p log p + sum q log q) / 2 - sum m log m, m = (p + q) / 2; in [0, ln 2]."""
+    d = 0.5 * (aux_p + aux_q) - _mid_neg_entropy(p, q, False)
     return min(max(d, 0.0), LN2)
 
 

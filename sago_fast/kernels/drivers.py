@@ -60,22 +60,13 @@ def pairs_one(X):  # type: ignore[no-untyped-def]
 
 
 @njit(parallel=True, cache=True)
-def pairs_batched(X):  # type: ignore[no-untyped-def]
-    """X (E, V, d) -> (E, V*(V-1)/2): every example's variants against each other, examples in parallel."""
+def batched(X):  # type: ignore[no-untyped-def]
+    """X (E, V, d) -> (E, V*(V-1)/2): every example's variants against each other, examples in parallel,
+    each with ``example_fn`` (the metric's whole-example tiled form, or the pair loop where it has none)."""
     n_examples, n = X.shape[0], X.shape[1]
     out = np.empty((n_examples, n * (n - 1) // 2), dtype=np.float64)
     for e in prange(n_examples):
-        _pairs_into(X[e], out[e])
-    return out
-
-
-@njit(parallel=True, cache=True)
-def batched_tiled(X):  # type: ignore[no-untyped-def]
-    """X (E, V, d) -> (E, V*(V-1)/2) with the whole-example tiled form ``tiled_fn(X_e) -> condensed``."""
-    n_examples, n = X.shape[0], X.shape[1]
-    out = np.empty((n_examples, n * (n - 1) // 2), dtype=np.float64)
-    for e in prange(n_examples):
-        out[e] = tiled_fn(X[e])
+        out[e] = example_fn(X[e])
     return out
 
 
@@ -90,3 +81,7 @@ def to_reference(X, ref):  # type: ignore[no-untyped-def]
         for j in range(n):
             out[e, j] = 0.0 if j == r else kernel(X[e, j], X[e, r], aux_fn(X[e, j]), aux_r)
     return out
+
+
+# Numba reads globals when it compiles (first call), so this may follow the drivers that call it.
+example_fn = pairs_one_serial if tiled_fn is None else tiled_fn

@@ -10,6 +10,7 @@ import numpy as np
 
 from sago_fast.errors import InputError
 from sago_fast.kernels import distribution, tiled, vector
+from sago_fast.kernels.distribution import has_zero, hellinger_sqrt_rows, js, kl_packed, neg_entropy, tv
 from sago_fast.kernels.vector import zero_aux
 from sago_fast.registry import Registry
 
@@ -66,23 +67,10 @@ for _metric in (
     Metric("cosine", "vector", vector.cosine, _as_float, aux=vector.row_norm, tiled=tiled.cosine_condensed),
     Metric("euclidean", "vector", vector.euclidean, _as_float, tiled=tiled.euclidean_condensed),
     Metric("sqeuclidean", "vector", vector.sqeuclidean, _as_float, tiled=tiled.sqeuclidean_condensed),
-    Metric(
-        "kl",
-        "distribution",
-        distribution.kl_packed,
-        _packed_log_rows,
-        aux=distribution.has_zero,
-        symmetric=False,
-    ),
-    Metric("js", "distribution", distribution.js, _as_float32, aux=distribution.neg_entropy),
-    Metric("tv", "distribution", distribution.tv, _as_float, tiled=tiled.tv_condensed),
-    Metric(
-        "hellinger",
-        "distribution",
-        distribution.hellinger_sqrt_rows,
-        _sqrt_rows,
-        tiled=tiled.hellinger_condensed,
-    ),
+    Metric("kl", "distribution", kl_packed, _packed_log_rows, aux=has_zero, symmetric=False),
+    Metric("js", "distribution", js, _as_float32, aux=neg_entropy),
+    Metric("tv", "distribution", tv, _as_float, tiled=tiled.tv_condensed),
+    Metric("hellinger", "distribution", hellinger_sqrt_rows, _sqrt_rows, tiled=tiled.hellinger_condensed),
 ):
     METRICS.add(_metric.name, _metric)
 

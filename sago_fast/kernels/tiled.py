@@ -16,16 +16,30 @@ from numba import njit
 
 from sago_fast.kernels.vector import BLOCK, SAFE_FASTMATH
 
+DOT, SQUARED_DIFFERENCE, ABSOLUTE_DIFFERENCE = 0, 1, 2
+
+
+@njit(inline="always")
+def _term(op, x, y):  # type: ignore[no-untyped-def]
+    """One element's contribution: x * y, (x - y)^2 or |x - y| (``op`` is the same in every call of a
+    loop, so the compiler takes the branch out of it)."""
+    if op == DOT:
+        return x * y
+    if op == SQUARED_DIFFERENCE:
+        d = x - y
+        return d * d
+    return abs(x - y)
+
 
 @njit(cache=True, fastmath=SAFE_FASTMATH)
-def gram_upper(X):  # type: ignore[no-untyped-def]
-    """X (n, d) -> G (n, n) float64 with G[i, j] = <X_i, X_j> for j >= i (lower triangle left 0)."""
+def _upper(X, op, first):  # type: ignore[no-untyped-def]
+    """X (n, d) -> U (n, n) float64 with U[i, j] = sum_k term(X_ik, X_jk) for j >= i + first (the rest 0)."""
     n, d = X.shape
-    G = np.zeros((n, n), dtype=np.float64)
+    U = np.zeros((n, n), dtype=np.float64)
     full = d - d % BLOCK
-    for i in range(n):
+    for i in range(n - first):
         xi = X[i]
-        j = i
+        j = i + first
         while j + 4 <= n:
             a, b, c, e = X[j], X[j + 1], X[j + 2], X[j + 3]
             t0 = 0.0
@@ -33,38 +47,56 @@ def gram_upper(X):  # type: ignore[no-untyped-def]
             t2 = 0.0
             t3 = 0.0
             for start in range(0, full, BLOCK):
-                s0 = xi[0] - xi[0]
+                s0 = xi[0] - xi[0]  # zero of the input dtype
                 s1 = s0
                 s2 = s0
                 s3 = s0
                 for k in range(BLOCK):
                     x = xi[start + k]
-                    s0 += x * a[start + k]
-                    s1 += x * b[start + k]
-                    s2 += x * c[start + k]
-                    s3 += x * e[start + k]
+                    s0 += _term(op, x, a[start + k])
+                    s1 += _term(op, x, b[start + k])
+                    s2 += _term(op, x, c[start + k])
+                    s3 += _term(op, x, e[start + k])
                 t0 += s0
                 t1 += s1
                 t2 += s2
                 t3 += s3
             for k in range(full, d):
                 x = xi[k]
-                t0 += x * a[k]
-                t1 += x * b[k]
-                t2 += x * c[k]
-                t3 += x * e[k]
-            G[i, j] = t0
-            G[i, j + 1] = t1
-            G[i, j + 2] = t2
-            G[i, j + 3] = t3
+                t0 += _term(op, x, a[k])
+                t1 += _term(op, x, b[k])
+                t2 += _term(op, x, c[k])
+                t3 += _term(op, x, e[k])
+            U[i, j] = t0
+            U[i, j + 1] = t1
+            U[i, j + 2] = t2
+            U[i, j + 3] = t3
             j += 4
         while j < n:
             t = 0.0
             for k in range(d):
-                t += xi[k] * X[j, k]
-            G[i, j] = t
+                t += _term(op, xi[k], X[j, k])
+            U[i, j] = t
             j += 1
-    return G
+    return U
+
+
+@njit(cache=True)
+def gram_upper(X):  # type: ignore[no-untyped-def]
+    """X (n, d) -> G (n, n) float64 with G[i, j] = <X_i, X_j> for j >= i (lower triangle left 0)."""
+    return _upper(X, DOT, 0)
+
+
+@njit(cache=True)
+def sqdist_upper(X):  # type: ignore[no-untyped-def]
+    """X (n, d) -> S (n, n) float64 with S[i, j] = sum_k (X_ik - X_jk)^2 for j > i."""
+    return _upper(X, SQUARED_DIFFERENCE, 1)
+
+
+@njit(cache=True)
+def absdist_upper(X):  # type: ignore[no-untyped-def]
+    """X (n, d) -> A (n, n) float64 with A[i, j] = sum_k |X_ik - X_jk| for j > i."""
+    return _upper(X, ABSOLUTE_DIFFERENCE, 1)
 
 
 @njit(cache=True)
@@ -86,110 +118,6 @@ def cosine_condensed(X):  # type: ignore[no-untyped-def]
                 out[k] = min(max(1.0 - G[i, j] / (ni * nj), 0.0), 2.0)
             k += 1
     return out
-
-
-@njit(cache=True, fastmath=SAFE_FASTMATH)
-def sqdist_upper(X):  # type: ignore[no-untyped-def]
-    """X (n, d) -> S (n, n) float64 with S[i, j] = sum_k (X_ik - X_jk)^2 for j > i."""
-    n, d = X.shape
-    S = np.zeros((n, n), dtype=np.float64)
-    full = d - d % BLOCK
-    for i in range(n - 1):
-        xi = X[i]
-        j = i + 1
-        while j + 4 <= n:
-            a, b, c, e = X[j], X[j + 1], X[j + 2], X[j + 3]
-            t0 = 0.0
-            t1 = 0.0
-            t2 = 0.0
-            t3 = 0.0
-            for start in range(0, full, BLOCK):
-                s0 = xi[0] - xi[0]
-                s1 = s0
-                s2 = s0
-                s3 = s0
-                for k in range(BLOCK):
-                    x = xi[start + k]
-                    d0 = x - a[start + k]
-                    d1 = x - b[start + k]
-                    d2 = x - c[start + k]
-                    d3 = x - e[start + k]
-                    s0 += d0 * d0
-                    s1 += d1 * d1
-                    s2 += d2 * d2
-                    s3 += d3 * d3
-                t0 += s0
-                t1 += s1
-                t2 += s2
-                t3 += s3
-            for k in range(full, d):
-                x = xi[k]
-                t0 += (x - a[k]) ** 2
-                t1 += (x - b[k]) ** 2
-                t2 += (x - c[k]) ** 2
-                t3 += (x - e[k]) ** 2
-            S[i, j] = t0
-            S[i, j + 1] = t1
-            S[i, j + 2] = t2
-            S[i, j + 3] = t3
-            j += 4
-        while j < n:
-            t = 0.0
-            for k in range(d):
-                t += (xi[k] - X[j, k]) ** 2
-            S[i, j] = t
-            j += 1
-    return S
-
-
-@njit(cache=True, fastmath=SAFE_FASTMATH)
-def absdist_upper(X):  # type: ignore[no-untyped-def]
-    """X (n, d) -> A (n, n) float64 with A[i, j] = sum_k |X_ik - X_jk| for j > i."""
-    n, d = X.shape
-    A = np.zeros((n, n), dtype=np.float64)
-    full = d - d % BLOCK
-    for i in range(n - 1):
-        xi = X[i]
-        j = i + 1
-        while j + 4 <= n:
-            a, b, c, e = X[j], X[j + 1], X[j + 2], X[j + 3]
-            t0 = 0.0
-            t1 = 0.0
-            t2 = 0.0
-            t3 = 0.0
-            for start in range(0, full, BLOCK):
-                s0 = xi[0] - xi[0]
-                s1 = s0
-                s2 = s0
-                s3 = s0
-                for k in range(BLOCK):
-                    x = xi[start + k]
-                    s0 += abs(x - a[start + k])
-                    s1 += abs(x - b[start + k])
-                    s2 += abs(x - c[start + k])
-                    s3 += abs(x - e[start + k])
-                t0 += s0
-                t1 += s1
-                t2 += s2
-                t3 += s3
-            for k in range(full, d):
-                x = xi[k]
-                t0 += abs(x - a[k])
-                t1 += abs(x - b[k])
-                t2 += abs(x - c[k])
-                t3 += abs(x - e[k])
-            A[i, j] = t0
-            A[i, j + 1] = t1
-            A[i, j + 2] = t2
-            A[i, j + 3] = t3
-            j += 4
-        while j < n:
-            t = 0.0
-            for k in range(d):
-                t += abs(xi[k] - X[j, k])
-            A[i, j] = t
-            j += 1
-    return A
 
 
 @njit(cache=True)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -78,6 +78,16 @@ class _Row:
     reason: str = "length"
 
 
+@dataclass(frozen=True)
+class TokenText:
+    """How generated ids become text: the pad id fed to finished or short rows, the end-of-sequence ids
+    (empty: decoding does not stop at them) and the tokenizer's decode."""
+
+    pad_id: int
+    eos: frozenset[int]
+    decode: Callable[[list[int]], str]
+
+
 PrefillHook = Callable[[np.ndarray, np.ndarray, np.ndarray, dict[str, np.ndarray]], None]
 
 
@@ -114,10 +124,8 @@ def greedy_generate(
     session: object,
     token_ids: Sequence[Sequence[int]],
     settings: GenerationSettings,
+    text: TokenText,
     *,
-    pad_id: int,
-    eos_ids: Sequence[int],
-    decode: Callable[[list[int]], str],
     policy: BatchPolicy = BatchPolicy(),
     io_binding: str | None = None,
     on_oom: Callable[[int], None] | None = None,
@@ -134,23 +142,15 @@ def greedy_generate(
     hears (prompts done, tokens processed) after every batch; ``on_prefill(batch, ids, mask, outputs)``
     gets every output of each batch's prompt step (host arrays), before decoding goes on from its cache.
     """
-    eos = set(eos_ids) if settings.stop_at_eos else set()
+    text = text if settings.stop_at_eos else replace(text, eos=frozenset())
     lengths = np.array([len(ids) + settings.max_new_tokens for ids in token_ids], dtype=np.int64)
     results: list[Generation | None] = [None] * len(token_ids)
-    generate_batch = (
-        _generate_batch if io_binding is None else functools.partial(_generate_batch_bound, device=io_binding)
-    )
+    loop = _DecodeLoop(session, settings, text)
+    generate_batch = loop.plain if io_binding is None else functools.partial(loop.bound, device=io_binding)
 
     def run_batch(batch: np.ndarray) -> None:
-        rows = generate_batch(
-            session,
-            [token_ids[i] for i in batch],
-            settings,
-            pad_id,
-            eos,
-            decode,
-            None if on_prefill is None else functools.partial(on_prefill, batch),
-        )
+        hook = None if on_prefill is None else functools.partial(on_prefill, batch)
+        rows = generate_batch([token_ids[i] for i in batch], hook)
         for i, row in zip(batch, rows, strict=True):
             results[i] = Generation(tuple(row.tokens), tuple(row.logprobs), row.text, row.reason)
 
@@ -162,16 +162,32 @@ def greedy_generate(
     return results  # type: ignore[return-value]
 
 
+BatchPrefillHook = Callable[[np.ndarray, np.ndarray, dict[str, np.ndarray]], None]
+
+
+@dataclass(frozen=True)
+class _DecodeLoop:
+    """Greedy decoding of one batch of prompts on ``session``: :meth:`plain` (numpy feeds) or
+    :meth:`bound` (IOBinding)."""
+
+    session: Any
+    settings: GenerationSettings
+    text: TokenText
+
+    def plain(self, prompts: list[Sequence[int]], on_prefill: BatchPrefillHook | None) -> list[_Row]:
+        return _generate_batch(self, prompts, on_prefill)
+
+    def bound(
+        self, prompts: list[Sequence[int]], on_prefill: BatchPrefillHook | None, device: str
+    ) -> list[_Row]:
+        return _generate_batch_bound(self, prompts, on_prefill, device)
+
+
 def _generate_batch(
-    session: object,
-    prompts: list[Sequence[int]],
-    settings: GenerationSettings,
-    pad_id: int,
-    eos: set[int],
-    decode: Callable[[list[int]], str],
-    on_prefill: Callable[[np.ndarray, np.ndarray, dict[str, np.ndarray]], None] | None,
+    loop: _DecodeLoop, prompts: list[Sequence[int]], on_prefill: BatchPrefillHook | None
 ) -> list[_Row]:
-    ids, mask = left_pad(prompts, pad_id)  # (B, T) each
+    session, settings, text = loop.session, loop.settings, loop.text
+    ids, mask = left_pad(prompts, text.pad_id)  # (B, T) each
     rows = [_Row([], []) for _ in prompts]
     active = np.arange(len(prompts))  # batch row -> prompt index, for rows still generating
     names = [o.name for o in session.get_outputs()]  # type: ignore[attr-defined]
@@ -183,7 +199,7 @@ def _generate_batch(
         if step == 0 and on_prefill is not None:
             on_prefill(ids, mask, outputs)
         next_tokens, next_logprob = outputs["next_tokens"], outputs["next_logprob"]  # (b,), (b,)
-        keep = _record_step(rows, active, next_tokens, next_logprob, settings, eos, decode)
+        keep = _record_step(rows, active, next_tokens, next_logprob, settings, text)
         if not keep.any():
             break
         mask = np.concatenate([feeds["attention_mask"], np.ones((len(active), 1), dtype=np.int64)], axis=1)
@@ -198,7 +214,7 @@ def _generate_batch(
         }
         with_plain_segments(session, feeds)
         feeds.update(zip(past_names, presents, strict=True))
-    _finish(rows, settings, decode)
+    _finish(rows, settings, text.decode)
     return rows
 
 
@@ -213,8 +229,7 @@ def _record_step(
     next_tokens: np.ndarray,
     next_logprob: np.ndarray,
     settings: GenerationSettings,
-    eos: set[int],
-    decode: Callable[[list[int]], str],
+    text: TokenText,
 ) -> np.ndarray:
     """Append each active row's token; returns which active rows go on generating."""
     keep = np.ones(len(active), dtype=bool)
@@ -226,10 +241,10 @@ def _record_step(
         token = int(next_tokens[b])
         row.tokens.append(token)
         row.logprobs.append(float(next_logprob[b]))
-        if token in eos:
+        if token in text.eos:
             row.reason, keep[b] = "eos", False
         elif settings.stop:  # decoded every step only when there are stop strings to look for
-            row.text, stopped = cut_at_stop(decode(row.tokens), settings.stop)
+            row.text, stopped = cut_at_stop(text.decode(row.tokens), settings.stop)
             if stopped:
                 row.reason, keep[b] = "stop", False
     return keep
@@ -244,14 +259,7 @@ def _finish(rows: list[_Row], settings: GenerationSettings, decode: Callable[[li
 
 
 def _generate_batch_bound(
-    session: object,
-    prompts: list[Sequence[int]],
-    settings: GenerationSettings,
-    pad_id: int,
-    eos: set[int],
-    decode: Callable[[list[int]], str],
-    on_prefill: Callable[[np.ndarray, np.ndarray, dict[str, np.ndarray]], None] | None,
-    device: str = "cuda",
+    loop: _DecodeLoop, prompts: list[Sequence[int]], on_prefill: BatchPrefillHook | None, device: str
 ) -> list[_Row]:
     """:func:`_generate_batch` with IOBinding: ``present.*`` outputs stay in ORT memory on ``device`` and
     are bound as the next step's ``past_key_values.*``; only next_tokens / next_logprob (batch,) are
@@ -260,7 +268,8 @@ def _generate_batch_bound(
     wants them (its cache is then copied to ``device`` once)."""
     import onnxruntime as ort
 
-    ids, mask = left_pad(prompts, pad_id)  # (B, T) each
+    session, settings, text = loop.session, loop.settings, loop.text
+    ids, mask = left_pad(prompts, text.pad_id)  # (B, T) each
     batch = len(prompts)
     rows = [_Row([], []) for _ in prompts]
     active = np.arange(batch)
@@ -293,12 +302,12 @@ def _generate_batch_bound(
             next_tokens = values["next_tokens"].numpy()  # (B,) on the host
             next_logprob = values["next_logprob"].numpy()
             new_past = [values[name] for name in present_names]
-        _record_step(rows, active, next_tokens, next_logprob, settings, eos, decode)
+        _record_step(rows, active, next_tokens, next_logprob, settings, text)
         if all(row.reason != "length" for row in rows):
             break
         past = new_past
         finished = np.array([row.reason != "length" for row in rows])
-        ids = np.where(finished, pad_id, next_tokens).reshape(-1, 1).astype(np.int64)
+        ids = np.where(finished, text.pad_id, next_tokens).reshape(-1, 1).astype(np.int64)
         mask = np.concatenate([mask, np.ones((batch, 1), dtype=np.int64)], axis=1)
-    _finish(rows, settings, decode)
+    _finish(rows, settings, text.decode)
     return rows

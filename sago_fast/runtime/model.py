@@ -24,6 +24,7 @@ from sago_fast.runtime.batching import BatchPolicy, left_pad, plan_batches, run_
 from sago_fast.runtime.generate import (
     Generation,
     GenerationSettings,
+    TokenText,
     greedy_generate,
     prefill_feeds,
     takes_segments,
@@ -430,9 +431,11 @@ class SagoModel:
             self.session,
             token_ids,
             settings,
-            pad_id=self.pad_id,
-            eos_ids=self.exported.manifest.get("eos_token_ids", []),
-            decode=lambda ids: self.tokenizer.decode(ids, skip_special_tokens=True),
+            TokenText(
+                self.pad_id,
+                frozenset(self.exported.manifest.get("eos_token_ids", [])),
+                lambda ids: self.tokenizer.decode(ids, skip_special_tokens=True),
+            ),
             policy=self.batch_policy,
             io_binding=self.io_binding_device,
             on_oom=self._shrink_batches,

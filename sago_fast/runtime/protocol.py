@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from sago_fast.runtime.batching import BatchPolicy
-from sago_fast.runtime.generate import GenerationSettings
 
 if TYPE_CHECKING:
     from sago_fast.runtime.model import Prefill
@@ -23,13 +22,10 @@ class LanguageModel(Protocol):
 
     def tokenize(self, texts: Sequence[str], reserve: int = 0) -> list[list[int]]: ...
 
-    def prefill(
-        self,
-        token_ids: Sequence[Sequence[int]],
-        continuations: Sequence[Sequence[Sequence[int]]] | None = None,
-        generation: GenerationSettings | None = None,
-        share_keys: Sequence[str] | None = None,
-    ) -> Prefill: ...
+    def prefill(self, token_ids: Sequence[Sequence[int]], *options: Any, **named: Any) -> Prefill:
+        """One pass over each prompt; ``options`` as :meth:`sago_fast.runtime.model.SagoModel.prefill`
+        takes them (continuations, generation, share_keys)."""
+        ...
 
     def target_logprobs(
         self, token_ids: Sequence[Sequence[int]], n_targets: Sequence[int]

@@ -202,7 +202,7 @@ for name in ("euclidean", "js"):  # a tiled vector metric and a distribution met
     A = X if name == "euclidean" else P
     K.pairwise(A[0], name); K.pairwise_batched(A, name); K.distances_to_reference(A, name)
 drivers = [m for n, m in sys.modules.items() if n.startswith("sago_fast_kernels_")]
-jitted = [getattr(m, f) for m in drivers for f in ("pairs_one_serial", "pairs_batched", "to_reference")]
+jitted = [getattr(m, f) for m in drivers for f in ("pairs_one_serial", "batched", "to_reference")]
 jitted += [vector.euclidean, distribution.js, distribution.neg_entropy, tiled.euclidean_condensed]
 print(json.dumps({"drivers": len(drivers), "compiled": sum(len(f.stats.cache_misses) for f in jitted),
                   "loaded": sum(len(f.stats.cache_hits) for f in jitted)}))
