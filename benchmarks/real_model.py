@@ -34,3 +34,43 @@ def timed(command: list[str], env: dict[str, str]) -> float:
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(command)} failed:\n{done.stderr[-3000:]}")
     return time.perf_counter() - start
+
+
+MMLU = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "mmlu"
+
+
+def mmlu_sample(folder: Path, n: int, seed: int = 0, source: Path = MMLU) -> Path:
+    """A seeded sample of ``n`` real MMLU test items spread across subjects (round robin over the subjects,
+    each subject's rows in a seeded order), written in the published format (one headerless CSV per
+    subject, rows as published) into ``folder``, which ``sago run -d mmlu:FOLDER`` reads as a user would."""
+    import csv
+
+    import numpy as np
+
+    files = sorted((source / "test").glob("*_test.csv"))
+    if not files:
+        raise SystemExit(f"no MMLU test files under {source}/test (see ../shared/data/mmlu/README.md)")
+    rng = np.random.default_rng(seed)
+    rows = {}
+    for file in files:
+        with file.open(newline="", encoding="utf-8") as handle:
+            records = list(csv.reader(handle))
+        rows[file.name] = [records[i] for i in rng.permutation(len(records))]
+    chosen: dict[str, list[list[str]]] = {name: [] for name in rows}
+    depth = 0
+    while sum(map(len, chosen.values())) < n:
+        if all(depth >= len(r) for r in rows.values()):
+            break
+        for name, records in rows.items():
+            if depth < len(records) and sum(map(len, chosen.values())) < n:
+                chosen[name].append(records[depth])
+        depth += 1
+    if folder.exists():
+        for old in folder.glob("*.csv"):
+            old.unlink()
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, records in chosen.items():
+        if records:
+            with (folder / name).open("w", newline="", encoding="utf-8") as handle:
+                csv.writer(handle).writerows(records)
+    return folder

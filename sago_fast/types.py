@@ -21,7 +21,8 @@ class ProbeResult:
     hidden_last: np.ndarray  # (n_layers + 1, batch, d_model) float32: hidden state at the last prompt token
     hidden_mean: np.ndarray  # (n_layers + 1, batch, d_model) float32: attention-mask mean over the prompt
     next_logprobs: np.ndarray  # (batch, vocab) float32: log-softmax of the next-token logits
-    n_tokens: np.ndarray  # (batch,) int64: prompt length in tokens
+    n_tokens: np.ndarray  # (batch,) int64: prompt length in tokens (as prefilled: after any cut)
+    n_cut: np.ndarray | None = None  # (batch,) int64: tokens cut from the prompt's left to fit (None: 0)
 
     @property
     def batch_size(self) -> int:
@@ -38,12 +39,19 @@ class ProbeResult:
         hidden_mean = np.empty_like(hidden_last)
         next_logprobs = np.empty((n, first.next_logprobs.shape[1]), dtype=np.float32)
         n_tokens = np.empty(n, dtype=np.int64)
+        n_cut = np.zeros(n, dtype=np.int64)
         for rows, probe in parts:
             hidden_last[:, rows] = probe.hidden_last
             hidden_mean[:, rows] = probe.hidden_mean
             next_logprobs[rows] = probe.next_logprobs
             n_tokens[rows] = probe.n_tokens
-        return cls(hidden_last, hidden_mean, next_logprobs, n_tokens)
+            n_cut[rows] = probe.cut_tokens
+        return cls(hidden_last, hidden_mean, next_logprobs, n_tokens, n_cut)
+
+    @property
+    def cut_tokens(self) -> np.ndarray:
+        """(batch,) int64: tokens cut from each prompt's left so that it fits the model (0: none)."""
+        return self.n_cut if self.n_cut is not None else np.zeros(len(self.n_tokens), dtype=np.int64)
 
     @property
     def n_layers(self) -> int:

@@ -56,8 +56,23 @@ def stats_command(
     result = run_stats(db, run_id, config)
     written = ", ".join(f"{table} {n}" for table, n in result.rows.items())
     typer.echo(f"statistics of run {result.run_id}: {written} rows -> {db}")
+    _print_prompts_cut(db, result.run_id)
     _print_sequential(db, result.run_id)
     _print_changes(db, result.run_id, alpha)
+
+
+def _print_prompts_cut(db: Path, run_id: str) -> None:
+    """How many answers read a prompt cut to fit the model, if any."""
+    from sago_fast.store import Store
+    from sago_fast.store.reads import RunReads
+
+    with Store(db, read_only=True) as store:
+        cut = RunReads(store, run_id).prompts_cut()
+    if cut["n"]:
+        typer.echo(
+            f"{cut['n']} outputs read a prompt cut from the left to fit the model (lm-eval's rule; up to "
+            f"{cut['most']} tokens); see outputs.prompt_tokens_cut"
+        )
 
 
 def _print_sequential(db: Path, run_id: str) -> None:

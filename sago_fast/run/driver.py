@@ -3,7 +3,8 @@
 :func:`drive_unit` is the only unit driver. ``sago run`` (in this process, in Ray tasks, in lockstep
 under ``--until-separated``), :func:`evaluate_unit` (library use, tests, the README) all go through it:
 
-1. check that every prompt fits the model (:func:`~sago_fast.runtime.prompting.check_prompts_fit`), plan the chunks (whole examples, as many as the memory budget
+1. check that some prompt fits the model (:func:`~sago_fast.runtime.prompting.check_some_fit`; a long one is cut
+   from the left when answered, lm-eval's rule), plan the chunks (whole examples, as many as the memory budget
    holds; a sequential unit in its visiting order, within its budget) and leave out committed ones;
 2. per chunk: answer it (both passes, :func:`~sago_fast.runtime.answering.answer_chunk`), score it into
    records (:func:`~sago_fast.run.chunk.chunk_records`), then, for a sequential
@@ -33,7 +34,7 @@ from sago_fast.run.sequential import (
 from sago_fast.run.stream_settings import StreamSettings
 from sago_fast.runtime.answering import AnswerSettings, answer_chunk
 from sago_fast.runtime.generate import GenerationSettings
-from sago_fast.runtime.prompting import check_prompts_fit
+from sago_fast.runtime.prompting import check_some_fit
 from sago_fast.store import rows as build
 from sago_fast.store.rows import TableRows
 from sago_fast.store.store import ChunksDone
@@ -69,7 +70,7 @@ def drive_unit(
     name under which the run met this model's content."""
     facts = ModelFacts.of(model, aliases)
     ordered, tracker = start_sequence(variants, sequential or SequentialSettings(), done.sequence_values)
-    check_prompts_fit(model, data, variants, settings.prompt_format, settings.generation.max_new_tokens)
+    check_some_fit(model, data, variants, settings.prompt_format, settings.generation.max_new_tokens)
     context, chunks = prepare_unit(facts, ordered, stream, frozenset(done.example_ids))
     examples = {e.example_id: e for e in data.examples}
     stop = stop_rule(unit_id, tracker) if tracker is not None else None  # stopped before an interruption

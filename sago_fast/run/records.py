@@ -31,7 +31,8 @@ class OutputRecord:
     Multiple choice fills answer_index, option_logprobs, margin (P(gold) minus the best other option) and
     answer_mode; generation fills generation (the text, cut at the stop string). entropy: of the chosen
     option distribution, or of the first generated token's; top_token / top_logprob: the next token the
-    model ranks first after the prompt, decoded."""
+    model ranks first after the prompt, decoded; prompt_tokens_cut: tokens cut from the prompt's left so
+    that it fits the model (lm-eval's rule; 0: the whole prompt was read)."""
 
     example_id: str
     variant_id: str
@@ -48,6 +49,7 @@ class OutputRecord:
     p_gold: float | None
     top_token: str
     top_logprob: float
+    prompt_tokens_cut: int
 
 
 @dataclass(frozen=True)
@@ -75,6 +77,7 @@ def output_records(
     """The records of ``variants`` answered in one replicate (``answers`` in variant order)."""
     probe = answers.probe
     top = probe.next_logprobs.argmax(axis=1)  # (n,)
+    cut = probe.cut_tokens  # (n,)
     out = []
     for row, (variant, answer) in enumerate(zip(variants, answers.primary, strict=True)):
         example = examples[variant.example_id]
@@ -110,6 +113,7 @@ def output_records(
                 p_gold=answer.p_gold,
                 top_token=tokenizer.decode([int(top[row])]),
                 top_logprob=float(probe.next_logprobs[row, top[row]]),
+                prompt_tokens_cut=int(cut[row]),
                 **kind,
             )
         )

@@ -7,7 +7,6 @@ decoding; the weights are held once.
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 from collections.abc import Callable, Sequence
@@ -28,19 +27,13 @@ from sago_fast.runtime.generate import (
     greedy_generate,
     prefill_feeds,
     takes_segments,
-    with_plain_segments,
 )
 from sago_fast.runtime.kv_cache import DeviceCache, HostCache, KVCache, RowGather, present_names
 from sago_fast.runtime.prefix import score_in_blocks, score_on_prefix
 from sago_fast.runtime.progress import NoProgress, PassProgress
 from sago_fast.runtime.session import SessionOptions, open_session, resolve_device
-from sago_fast.runtime.shared_prefix import (
-    MIN_SHARED_TOKENS,
-    PrefixGroup,
-    PrefixPass,
-    combined_mean,
-    prefix_groups,
-)
+from sago_fast.runtime.shared_prefix import MIN_SHARED_TOKENS, prefix_trees
+from sago_fast.runtime.tree_prefill import prefill_trees
 from sago_fast.types import ExportSettings, ProbeResult
 
 log = logging.getLogger(__name__)
@@ -241,7 +234,8 @@ class SagoModel:
         tokens: dict[str, int],
         cache: bool,
     ) -> None:
-        """Prefill every prompt: those sharing a prefix by groups, the others in planned batches."""
+        """Prefill every prompt: those sharing a prefix along their example's prefix tree
+        (:mod:`sago_fast.runtime.tree_prefill`), the others in planned batches."""
         n = len(token_ids)
         self.progress.start("prefill", n, "prompt")
 
@@ -250,41 +244,14 @@ class SagoModel:
             out = self._run(prefill_feeds(self.session, ids, mask), cache=cache)
             on_prefill(batch, ids, mask, out)
 
-        groups = prefix_groups(token_ids, self.prefix_sharing, share_keys) if self.has_kv_cache else []
-        grouped = {i for group in groups for i in group.members}
-        alone = np.array([i for i in range(n) if i not in grouped], dtype=np.int64)
+        trees = prefix_trees(token_ids, self.prefix_sharing, share_keys) if self.has_kv_cache else []
+        in_trees = {i for tree in trees for i in (tree.anchor, *(m for m, _ in tree.members))}
+        alone = np.array([i for i in range(n) if i not in in_trees], dtype=np.int64)
         if len(alone):
             batches = [alone[part] for part in plan_batches(lengths[alone], self.batch_policy)]
             self._run_batches(batches, run_batch, tokens)
-        if groups:
-            self._prefill_shared(token_ids, groups, on_prefill, tokens, cache)
-
-    def _prefill_shared(
-        self,
-        token_ids: Sequence[Sequence[int]],
-        groups: Sequence[PrefixGroup],
-        on_prefill: Callable[..., None],
-        tokens: dict[str, int],
-        keep_cache: bool,
-    ) -> None:
-        """Prompts of ``groups``: each group's shared prefix prefilled once (groups batched by prefix
-        length), then every member continues its prefix's cache with its own tokens (see
-        :mod:`sago_fast.runtime.shared_prefix`); ``keep_cache``: the members' own caches are wanted
-        (their continuations are scored on them)."""
-        prefix_lengths = np.array([g.length for g in groups], dtype=np.int64)
-        for part in plan_batches(prefix_lengths, self.batch_policy):
-            chosen = tuple(groups[g] for g in part)
-            ids, mask = left_pad([token_ids[g.members[0]][: g.length] for g in chosen], self.pad_id)
-            prefix = PrefixPass(
-                chosen, ids, mask, self._run(prefill_feeds(self.session, ids, mask), cache=True)
-            )
-            tokens["prefill"] += int(mask.sum())
-            rows = [(owner, i) for owner, g in enumerate(chosen) for i in g.members]  # (group row, prompt)
-            costs = np.array([ids.shape[1] + len(token_ids[i]) - chosen[o].length for o, i in rows])
-            run_members = functools.partial(
-                self._continue_prefix, token_ids, prefix, rows, on_prefill, keep_cache
-            )
-            self._run_batches(plan_batches(costs, self.batch_policy), run_members, tokens)
+        if trees:
+            prefill_trees(self, token_ids, trees, on_prefill, tokens, cache)
 
     def _run_batches(
         self, batches: Sequence[np.ndarray], run_batch: Callable[[np.ndarray], None], tokens: dict[str, int]
@@ -294,40 +261,6 @@ class SagoModel:
             before = tokens["prefill"] + tokens["blocks"]
             run_with_backoff(run_batch, batch, self._shrink_batches)
             self.progress.advance(len(batch), tokens["prefill"] + tokens["blocks"] - before)
-
-    def _continue_prefix(
-        self,
-        token_ids: Sequence[Sequence[int]],
-        prefix: PrefixPass,
-        rows: Sequence[tuple[int, int]],
-        on_prefill: Callable[..., None],
-        keep_cache: bool,
-        batch: np.ndarray,
-    ) -> None:
-        """One pass of the members ``rows[batch]`` (group row, prompt) on their prefixes' caches, handed to
-        ``on_prefill`` as a prefill of the whole prompts (means combined, ids and mask of prefix + own)."""
-        owners = np.array([rows[b][0] for b in batch])
-        prompts = np.array([rows[b][1] for b in batch])
-        own_ids, own_mask = left_pad(
-            [token_ids[rows[b][1]][prefix.groups[rows[b][0]].length :] for b in batch], self.pad_id
-        )
-        mask = np.concatenate([prefix.mask[owners], own_mask], axis=1)  # (rows, prefix + own)
-        feeds = {
-            "input_ids": own_ids,
-            "attention_mask": mask,
-            "target_ids": np.zeros((len(batch), 0), dtype=np.int64),
-        }
-        with_plain_segments(self.session, feeds)
-        feeds.update(self._kv_cache(prefix.out).rows(owners))
-        result = self._run(feeds, cache=keep_cache)
-        result["hidden_mean"] = combined_mean(
-            prefix.out["hidden_mean"][:, owners],
-            prefix.mask[owners].sum(1),
-            result["hidden_mean"],
-            own_mask.sum(1),
-        )
-        ids = np.concatenate([prefix.ids[owners], own_ids], axis=1)
-        on_prefill(prompts, ids, mask, result, int(own_mask.sum()))
 
     def _run(self, feeds: dict[str, Any], *, cache: bool = False) -> dict[str, Any]:
         """The outputs of one graph call, by name; the KV cache (``present.*``, the largest outputs by far:

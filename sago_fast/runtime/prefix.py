@@ -53,6 +53,23 @@ def _within_logits_budget(
     return out
 
 
+BLOCK_CALL_OVERHEAD = 48  # one more block pass costs about as much as this many padded block tokens (CPU)
+
+
+def _block_groups(widths: np.ndarray, active: np.ndarray, vocab: int) -> list[slice | np.ndarray]:
+    """The block rows ``active`` in passes of similar width: each pass's logits within LOGITS_BYTES, the
+    padding plus BLOCK_CALL_OVERHEAD per pass the least (:func:`plan_batches`). A pass of consecutive rows
+    is a slice (the cache is fed as it is, no copy); any other gathers its cache rows."""
+    budget = max(1, LOGITS_BYTES // (vocab * 4 * 3))  # block tokens (rows x width) one pass may hold
+    policy = BatchPolicy(token_budget=budget, max_batch=len(active), call_overhead=BLOCK_CALL_OVERHEAD)
+    groups: list[slice | np.ndarray] = []
+    for part in plan_batches(widths[active] + 1, policy):  # + 1: the closing pad
+        rows = np.sort(active[part])
+        consecutive = rows[-1] - rows[0] + 1 == len(rows)
+        groups.append(slice(int(rows[0]), int(rows[-1]) + 1) if consecutive else rows)
+    return groups
+
+
 def score_on_prefix(
     run: Run,
     presents: dict[str, np.ndarray],
@@ -145,20 +162,18 @@ def score_in_blocks(
         targets.append(targets_r)
         segments.append(segments_r)
         starts.append(starts_r)
-    width = max((len(b) for b in inputs), default=0)
-    if width == 0:
+    widths = np.array([len(b) for b in inputs], dtype=np.int64)
+    active = np.flatnonzero(widths)
+    if not len(active):
         return out, 0
-    rows_per_pass = max(1, LOGITS_BYTES // (width * next_logprobs.shape[1] * 4 * 3))
     processed = 0
-    for first in range(0, len(inputs), rows_per_pass):
-        rows = slice(first, min(first + rows_per_pass, len(inputs)))  # contiguous: the cache is not copied
-        if not any(inputs[rows]):
-            continue
-        closed = [[*b, pad_id] for b in inputs[rows]]
+    for rows in _block_groups(widths, active, next_logprobs.shape[1]):
+        group = list(range(len(inputs)))[rows] if isinstance(rows, slice) else rows.tolist()
+        closed = [[*inputs[r], pad_id] for r in group]
         block_ids, block_mask = left_pad(closed, pad_id)  # (g, W + 1)
         block_mask[:, -1] = 0  # the closing pad
-        block_targets, _ = left_pad(targets[rows], pad_id)  # (g, W): target of position t is column t
-        block_segments, _ = left_pad([[*g, 0] for g in segments[rows]], 0)  # padding: segment 0, masked
+        block_targets, _ = left_pad([targets[r] for r in group], pad_id)  # (g, W): target of position t
+        block_segments, _ = left_pad([[*segments[r], 0] for r in group], 0)  # padding: segment 0, masked
         feeds = {
             "input_ids": block_ids,
             "attention_mask": np.concatenate([mask[rows], block_mask], axis=1),
@@ -167,8 +182,8 @@ def score_in_blocks(
             **cache.rows(rows),
         }
         logp = run(feeds)["target_logprobs"]  # (g, W)
-        pad = block_targets.shape[1] - np.array([len(b) for b in inputs[rows]])
-        for row, r in enumerate(range(rows.start, rows.stop)):
+        pad = block_targets.shape[1] - widths[group]
+        for row, r in enumerate(group):
             for j, offset in starts[r]:
                 at = pad[row] + offset  # the continuation's first position: it predicts its second token
                 predicted = logp[row, at : at + len(continuations[r][j]) - 1]

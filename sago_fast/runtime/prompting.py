@@ -97,33 +97,59 @@ def model_prompts(tokenizer: Any, variants: Sequence[Variant], fmt: PromptFormat
     return ModelPrompts(tuple(texts), chat)
 
 
-def check_prompts_fit(
-    model: Any,
-    data: Dataset,
-    variants: Sequence[Variant],
-    fmt: PromptFormat,
-    max_new_tokens: int,
-    batch: int = 4096,
-) -> None:
-    """Every variant's prompt plus what is appended to it (the longest option, or the generated tokens and
-    the longest reference) must fit the model's positions; characters bound tokens from above. Prompts
-    are tokenized ``batch`` at a time and only their lengths kept."""
-    limit = model.max_positions
+def fit_to_context(
+    token_ids: Sequence[Sequence[int]], room: Sequence[int], limit: int | None
+) -> tuple[list[list[int]], list[int]]:
+    """lm-evaluation-harness's rule for an input longer than the model: cut the prompt from the left.
+
+    Prompt i keeps its last tokens, so that they and the ``room[i]`` positions that follow them (its
+    longest continuation but its last token, which is never fed, or the tokens it may generate) fit in
+    ``limit`` positions; at least one token is kept. For a continuation of k tokens this keeps the last
+    ``limit + 1`` tokens of prompt + continuation, as lm-eval's ``loglikelihood`` does; for generation,
+    ``limit - max_new_tokens`` prompt tokens, as its ``generate_until``.
+    Returns the prompts as the model reads them and the tokens cut from each (0: whole)."""
     if limit is None:
+        return [list(ids) for ids in token_ids], [0] * len(token_ids)
+    kept, cut = [], []
+    for ids, extra in zip(token_ids, room, strict=True):
+        n_cut = max(len(ids) - max(limit - extra, 1), 0)
+        kept.append(list(ids[n_cut:]))
+        cut.append(n_cut)
+    return kept, cut
+
+
+def appended_bound(example: Any, max_new_tokens: int) -> int:
+    """An upper bound on the tokens put after a prompt of ``example``: its longest option or label (a
+    token covers at least one UTF-8 byte; one more for the delimiter), or the tokens it may generate and
+    its longest reference."""
+    if example.has_options:
+        return max(len(o.encode()) for o in example.options) + 2
+    return max(max_new_tokens, *(len(a.encode()) + 2 for a in example.answers))
+
+
+def check_some_fit(
+    model: Any, data: Dataset, variants: Sequence[Variant], fmt: PromptFormat, max_new_tokens: int
+) -> None:
+    """Before any work: a dataset whose every canonical prompt (with what follows it) is longer than the
+    model is refused in one line; single long prompts are cut when answered (:func:`fit_to_context`).
+    Only prompts that may not fit by a bound on bytes are tokenized."""
+    limit = model.max_positions
+    canonical = [v for v in variants if v.is_canonical]
+    if limit is None or not canonical:
         return
     examples = {e.example_id: e for e in data.examples}
-    for start in range(0, len(variants), batch):
-        part = variants[start : start + batch]
-        token_ids = model_prompts(model.tokenizer, part, fmt).token_ids(model.tokenizer)
-        for variant, ids in zip(part, token_ids, strict=True):
-            example = examples[variant.example_id]
-            if example.has_options:
-                extra = max(len(o) for o in example.options)
-            else:
-                extra = max(max_new_tokens, *(len(a) + 1 for a in example.answers))
-            if len(ids) + extra > limit:
-                raise InputError(
-                    f"dataset {data.name!r}: variant {variant.variant_id} needs about {len(ids) + extra} tokens, "
-                    f"more than the model's {limit} positions (drop long families such as fewshot_order, lower "
-                    "--max-new-tokens, or use a model with a longer context)"
-                )
+    texts = model_prompts(model.tokenizer, canonical, fmt).texts
+    longest = 0
+    for variant, text in zip(canonical, texts, strict=True):
+        need = appended_bound(examples[variant.example_id], max_new_tokens)
+        if len(text.encode()) + need + 2 <= limit:  # +2: special tokens the tokenizer may add
+            return
+        n_tokens = len(model.tokenizer(text)["input_ids"])
+        if n_tokens + need <= limit:
+            return
+        longest = max(longest, n_tokens + need)
+    raise InputError(
+        f"dataset {data.name!r}: every prompt is longer than the model's {limit} positions (up to about "
+        f"{longest} tokens with its answer); use a model with a longer context, fewer demonstrations "
+        "(--num-fewshot) or a lower --max-new-tokens"
+    )

@@ -6,19 +6,21 @@ token count; trailing whitespace of the context moves to the front of the contin
 
 ``score_pairs`` scores continuations of known prompts on each prompt's prefill cache (one pass over the
 prompt for all its continuations); a pair whose context does not encode to exactly the prompt's tokens
-is scored as a whole sequence. ``score_continuations`` scores arbitrary pairs as whole sequences. Only
+is scored as a whole sequence. A prompt longer than the model is cut from the left, as lm-eval does
+(:func:`~sago_fast.runtime.prompting.fit_to_context`), and the probe says by how many tokens. ``score_continuations`` scores arbitrary pairs as whole sequences. Only
 the log-probs of each row's target tokens leave the graph.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from sago_fast.errors import InputError
+from sago_fast.runtime.prompting import fit_to_context
 
 if TYPE_CHECKING:
     from sago_fast.runtime.protocol import LanguageModel
@@ -138,10 +140,19 @@ def score_pairs(
             fallback.append(ctx + cont)
             fallback_targets.append(len(cont))
     limit = model.max_positions
-    longest = max((len(prompt_ids[r]) + len(c) for r in range(len(on_cache)) for c in on_cache[r]), default=0)
-    if limit is not None and max([longest, *map(len, fallback)]) > limit:
-        raise InputError(f"a prompt + continuation is longer than the model's {limit} positions")
-    result = model.prefill(prompt_ids, on_cache, generation, share_keys=share_keys)
+    # positions after the prompt: a continuation's last token is never fed (k tokens take k - 1), and
+    # generation keeps room for max_new_tokens, both as lm-eval counts them
+    room = [max((len(c) - 1 for c in conts), default=0) for conts in on_cache]
+    if generation is not None:
+        room = [max(r, generation.max_new_tokens) for r in room]
+    kept, cut = fit_to_context(prompt_ids, room, limit)
+    if limit is not None:
+        if any(t >= limit for t in [*room, *fallback_targets]):
+            raise InputError(f"an answer or continuation is as long as the model's {limit} positions")
+        fallback = [sequence[-limit:] for sequence in fallback]  # lm-eval: the context's left goes
+    result = model.prefill(kept, on_cache, generation, share_keys=share_keys)
+    if any(cut):
+        result = replace(result, probe=replace(result.probe, n_cut=np.array(cut, dtype=np.int64)))
     whole = model.target_logprobs(fallback, fallback_targets) if fallback else []
     loglik = np.array(
         [

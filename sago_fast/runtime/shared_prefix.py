@@ -1,44 +1,42 @@
-"""Prompts that share a long token prefix: the prefix is prefilled once, each prompt continues from it.
+"""A prefix tree per example: every rendering continues from the longest prefix it shares with one computed.
 
 The renderings of one example share most of their tokens with each other (an option permutation keeps the
-question, a wrong hint appends a sentence, a punctuation change touches the end): a prefix tree per example
-prefills ~72% of the tokens of MMLU-like items. :func:`prefix_groups` finds such groups among the prompts of
-one call: prompts sorted by their token ids, each joining its neighbour's group when the common prefix is at
-least ``min_shared`` tokens (leaving every member one token of its own) and joining prefills fewer tokens
-than starting a new group would.
+question, a wrong hint appends a sentence, a punctuation change touches the end): on 100 real MMLU items
+a prefix tree per example holds 75% of their prompt tokens. :func:`prefix_trees` plans it among the
+prompts of one call that share a key (their example): the *anchor*, the prompt that shares the most with
+the others, is prefilled in pieces cut where the others leave it, and each other prompt continues the
+anchor's KV cache at the cut it shares (its longest common prefix with the anchor, rounded down to a cut).
+On those items that prefills exactly the tree's tokens: the renderings' shared prefixes are prefixes of
+the canonical one.
 
-A member's pass continues the prefix's KV cache (``past``) with its own tokens, left-padded within the
-block; the mask marks the hole, and positions come from the mask, so every row sees exactly its prompt.
-Pooled means combine the prefix's and the suffix's: ``(p · mean_prefix + s · mean_suffix) / (p + s)``.
+Cuts are kept ``min_shared`` tokens from the start and from each other (a piece is one more pass over the
+anchors of a batch), and every prompt keeps at least one token of its own. A continuing pass left-pads
+its own tokens within the block; the mask marks the holes, and positions come from the mask, so every row
+sees exactly its prompt. Pooled means combine the pieces': ``(p · mean_prefix + s · mean_suffix) / (p + s)``.
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-MIN_SHARED_TOKENS = 32  # shorter shared prefixes are not worth a pass and a cache copy of their own
+MIN_SHARED_TOKENS = 32  # a shorter shared prefix, or a shorter step between cuts, is not worth a pass
 
 
 @dataclass(frozen=True)
-class PrefixGroup:
-    """Prompts (indices into the call's prompts) whose first ``length`` tokens are the same."""
+class PrefixTree:
+    """The prompts of one key (indices into the call's prompts) that share a prefix with its anchor.
 
-    length: int
-    members: tuple[int, ...]
+    anchor: prefilled in pieces ending at ``ends`` (increasing; the last is the anchor's length);
+    members: (prompt, piece) pairs: the prompt continues the anchor's cache after piece ``piece``, i.e.
+    from its first ``ends[piece]`` tokens."""
 
-
-@dataclass(frozen=True)
-class PrefixPass:
-    """The prefill of a batch of groups' prefixes: ids, mask (groups, P) left-padded, and the graph's
-    outputs (``present.*`` caches, pooled ``hidden_mean`` over each prefix)."""
-
-    groups: tuple[PrefixGroup, ...]
-    ids: np.ndarray
-    mask: np.ndarray
-    out: dict[str, np.ndarray]
+    anchor: int
+    ends: tuple[int, ...]
+    members: tuple[tuple[int, int], ...]
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
@@ -49,39 +47,50 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     return n
 
 
-def prefix_groups(
+def _shared(token_ids: Sequence[Sequence[int]], i: int, anchor: int) -> int:
+    """Tokens prompt i can take from the anchor's cache: their common prefix, one of its own kept."""
+    return min(common_prefix(token_ids[i], token_ids[anchor]), len(token_ids[i]) - 1)
+
+
+def _tree(token_ids: Sequence[Sequence[int]], rows: list[int], min_shared: int) -> PrefixTree | None:
+    """The tree of one key's prompts: the anchor sharing the most tokens with the others, cuts kept
+    ``min_shared`` apart, each other prompt at the last cut within its shared prefix (None: no sharing)."""
+
+    def gain(anchor: int) -> int:
+        return sum(s for i in rows if i != anchor and (s := _shared(token_ids, i, anchor)) >= min_shared)
+
+    anchor = max(rows, key=lambda r: (gain(r), -r))
+    shared = {i: _shared(token_ids, i, anchor) for i in rows if i != anchor}
+    cuts: list[int] = []
+    for length in sorted(set(shared.values())):
+        if length >= (cuts[-1] if cuts else 0) + min_shared:
+            cuts.append(length)
+    members = []
+    for i, length in shared.items():
+        usable = [c for c in cuts if c <= length]
+        if usable:
+            members.append((i, usable[-1]))
+    if not members:
+        return None
+    full = len(token_ids[anchor])
+    ends = sorted({c for _, c in members if c < full} | {full})
+    return PrefixTree(anchor, tuple(ends), tuple((i, ends.index(c)) for i, c in sorted(members)))
+
+
+def prefix_trees(
     token_ids: Sequence[Sequence[int]],
     min_shared: int = MIN_SHARED_TOKENS,
     keys: Sequence[str] | None = None,
-) -> list[PrefixGroup]:
-    """Groups of at least two prompts sharing at least ``min_shared`` leading tokens (each member keeps at
-    least one token beyond the prefix) and, with ``keys``, the same key; prompts in no group are left
-    out. min_shared 0: no groups."""
+) -> list[PrefixTree]:
+    """One tree per key (default: one key for all) whose prompts share at least ``min_shared`` leading
+    tokens with its anchor; prompts in no tree are left out. min_shared 0: no trees."""
     if min_shared <= 0 or len(token_ids) < 2:
         return []
-
-    def key_of(i: int) -> str:
-        return keys[i] if keys is not None else ""
-
-    order = sorted(range(len(token_ids)), key=lambda i: (key_of(i), list(token_ids[i])))
-    groups: list[PrefixGroup] = []
-    members = [order[0]]
-    length = len(token_ids[order[0]]) - 1
-    for i in order[1:]:
-        shared = min(common_prefix(token_ids[members[-1]], token_ids[i]), length, len(token_ids[i]) - 1)
-        k = len(members)
-        # joining shortens the prefix of the k members already in: worth it when k * shared > (k - 1) * length
-        same_key = key_of(i) == key_of(members[-1])
-        if same_key and shared >= min_shared and k * shared > (k - 1) * length:
-            members.append(i)
-            length = shared
-            continue
-        if len(members) > 1:
-            groups.append(PrefixGroup(length, tuple(members)))
-        members, length = [i], len(token_ids[i]) - 1
-    if len(members) > 1:
-        groups.append(PrefixGroup(length, tuple(members)))
-    return groups
+    by_key: dict[str, list[int]] = defaultdict(list)
+    for i in range(len(token_ids)):
+        by_key[keys[i] if keys is not None else ""].append(i)
+    trees = [_tree(token_ids, rows, min_shared) for rows in by_key.values() if len(rows) > 1]
+    return [t for t in trees if t is not None]
 
 
 def combined_mean(

@@ -470,4 +470,11 @@ MIGRATIONS: tuple[Migration, ...] = (
         ALTER TABLE runs ADD COLUMN pid INTEGER;
         """,
     ),
+    Migration(
+        14,
+        "prompts longer than the model, cut from the left as lm-eval does: the tokens cut from each output's",
+        """
+        ALTER TABLE outputs ADD COLUMN prompt_tokens_cut INTEGER;
+        """,
+    ),
 )

@@ -15,7 +15,8 @@ from sago_fast.store.store import Store
 
 def summary_sql() -> tuple[str, dict[str, Any]]:
     """Per model × dataset: canonical accuracy beside every headline metric, each the mean over examples of
-    its ``item_scores`` value: the same number ``model_scores``, the report and ``checkpoint_changes``
+    its ``item_scores`` value (and ``prompts_cut``: outputs whose prompt was cut from the left to fit the
+    model, lm-eval's rule): the same number ``model_scores``, the report and ``checkpoint_changes``
     estimate (a layer-wise metric's item value is its mean over layers at mean pooling, see
     :func:`sago_fast.run.chunk.layer_item_scores`). Metric names are parameters; column names are
     catalogue names."""
@@ -37,16 +38,18 @@ WITH m AS (
     SELECT model_id, any_value(n.model) AS model
     FROM models JOIN model_names n USING (model_id) GROUP BY model_id
 ), acc AS (
-    SELECT o.model_id, o.dataset_id, avg(o.correct::INT) AS accuracy
+    SELECT o.model_id, o.dataset_id, avg(o.correct::INT) FILTER (WHERE v.is_canonical) AS accuracy,
+           count(*) FILTER (WHERE o.prompt_tokens_cut > 0) AS prompts_cut
     FROM outputs o JOIN variants v ON v.dataset_id = o.dataset_id AND v.variant_id = o.variant_id
-    WHERE o.run_id = $run AND v.is_canonical AND o.replicate = 0
+    WHERE o.run_id = $run AND o.replicate = 0
     GROUP BY ALL
 ), items AS (
     SELECT model_id, dataset_id, {item_select}
     FROM item_scores WHERE run_id = $run
     GROUP BY ALL
 )
-SELECT m.model AS model, acc.dataset_id AS dataset, round(accuracy, 3) AS accuracy, {", ".join(selected)}
+SELECT m.model AS model, acc.dataset_id AS dataset, round(accuracy, 3) AS accuracy, {", ".join(selected)},
+       prompts_cut
 FROM acc JOIN items USING (model_id, dataset_id) JOIN m USING (model_id)
 ORDER BY dataset, model
 """
@@ -54,6 +57,9 @@ ORDER BY dataset, model
 
 
 def summary_rows(store: Store, run_id: str) -> tuple[list[str], list[tuple[Any, ...]]]:
-    """The run summary ``sago run`` and ``sago demo`` print."""
+    """The run summary ``sago run`` and ``sago demo`` print (``prompts_cut`` only when a prompt was cut)."""
     sql, params = summary_sql()
-    return store.query(sql, {**params, "run": run_id})
+    columns, rows = store.query(sql, {**params, "run": run_id})
+    if rows and not any(row[-1] for row in rows):
+        return columns[:-1], [row[:-1] for row in rows]
+    return columns, rows

@@ -174,6 +174,11 @@ _CHECKPOINT_POSITIONS = """
 
 _N_CHANGES = "SELECT count(*) AS n FROM checkpoint_changes WHERE run_id = $run"
 
+_PROMPTS_CUT = """
+    SELECT count(*) AS n, coalesce(max(prompt_tokens_cut), 0) AS most
+    FROM outputs WHERE run_id = $run AND replicate = 0 AND prompt_tokens_cut > 0
+"""
+
 _FINAL_SEQUENCES = """
     SELECT s.model_id, s.dataset_id, s.metric, s.lower, s.upper, s.n_values
     FROM confidence_sequences s
@@ -297,6 +302,10 @@ class RunReads:
 
     def n_changes(self) -> int:
         return int(self._rows(_N_CHANGES)[0]["n"])
+
+    def prompts_cut(self) -> Row:
+        """n: outputs whose prompt was cut from the left to fit the model; most: the most tokens cut."""
+        return self._rows(_PROMPTS_CUT)[0]
 
     def n_datasets(self) -> int:
         return int(self._rows(_N_DATASETS)[0]["n"])

@@ -429,3 +429,53 @@ def test_precision_stops_a_real_run_early_and_the_full_run_lies_inside(
     assert {m for m, *_ in checked} >= {"accuracy", "flip_rate", "option_js"}
     for metric, mean, lower, upper, half_width in checked:
         assert half_width <= 0.05 and lower <= mean <= upper, (metric, half_width, mean, lower, upper)
+
+
+MMLU = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "mmlu"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (MMLU / "test").is_dir(), reason="the published MMLU files (../shared/data/mmlu)")
+def test_mmlu_folder_sampled_with_a_guarantee(smol, smol_cache, tmp_path):
+    """The README's full-MMLU command, smaller: three published subject files as a folder, visited in the
+    seeded order until every followed metric is known to +-0.2; the per-subject breakdown from SQL."""
+    import shutil
+
+    from sago_fast.run import RunConfig, run
+    from sago_fast.store import Store
+
+    folder = tmp_path / "mmlu"
+    folder.mkdir()
+    for subject in ("astronomy", "sociology", "virology"):
+        shutil.copy(MMLU / "test" / f"{subject}_test.csv", folder)
+    db = tmp_path / "mmlu.duckdb"
+    config = RunConfig(
+        models=(str(smol[0].path),),  # the converted GGUF
+        datasets=(str(folder),),
+        db=db,
+        variants_per_family=1,
+        families=("typo", "option_permutation"),
+        precision=0.2,
+        cache_dir=smol_cache / "exports",
+        stats=False,
+    )
+    result = run(config, progress=False)
+    with Store(db, read_only=True) as store:
+        (reason, used, available), *_ = store.query(
+            "SELECT stop_reason, n_examples, examples_available FROM units"
+        )[1]
+        _, final = store.query(
+            "SELECT metric, half_width, precision FROM confidence_sequences "
+            "WHERE chunk = (SELECT max(chunk) FROM confidence_sequences)"
+        )
+        _, subjects = store.query(
+            "SELECT split_part(o.example_id, '/', 1) AS subject, count(*) AS items, avg(o.correct::INT) "
+            "FROM outputs o JOIN variants v USING (dataset_id, variant_id) "
+            "WHERE v.is_canonical AND o.replicate = 0 GROUP BY subject ORDER BY subject"
+        )
+    sizes = {"astronomy": 152, "sociology": 201, "virology": 166}
+    assert available == sum(sizes.values()) and reason in ("precision", "exhausted")
+    if reason == "precision":
+        assert used < available and all(h <= p for _, h, p in final)
+    assert {s for s, _, _ in subjects} <= set(sizes)
+    assert sum(n for _, n, _ in subjects) == used == result.units[0].n_examples

@@ -107,3 +107,14 @@ def test_block_groups_are_split_to_the_logits_budget():
     assert len(split) > 2
     same = _within_logits_budget(groups, rows, continuations, 512)  # small vocabularies: as planned
     assert [g.tolist() for g in same] == [g.tolist() for g in groups]
+
+
+def test_block_passes_group_rows_of_similar_width():
+    from sago_fast.runtime.prefix import _block_groups
+
+    widths = np.array([30, 2, 28, 3, 0])  # option tokens per prompt row (the last has none to score)
+    groups = _block_groups(widths, np.flatnonzero(widths), vocab=1000)
+    # one pass of 4 rows pads to 31: 124 + 48; two passes of similar widths: 62 + 8 + 96, fewer
+    assert [g.tolist() for g in groups] == [[0, 2], [1, 3]]
+    together = _block_groups(np.array([5, 6, 5, 0]), np.array([0, 1, 2]), vocab=1000)
+    assert together == [slice(0, 3)]  # consecutive rows: a slice, the cache fed as it is

@@ -1,4 +1,4 @@
-"""Shared prefixes: the grouping by hand, and a prefill through them equal to one without (tiny Llama)."""
+"""Prefix trees: planned by hand, and a prefill along them equal to one without (tiny Llama, GPT-2)."""
 
 from __future__ import annotations
 
@@ -6,24 +6,24 @@ import numpy as np
 import pytest
 
 import sago_fast
-from sago_fast.runtime.shared_prefix import PrefixGroup, combined_mean, prefix_groups
+from sago_fast.runtime.shared_prefix import PrefixTree, combined_mean, prefix_trees
 
 
-def test_groups_by_hand():
+def test_trees_by_hand():
     a = list(range(40))
     prompts = [[*a, 1, 2], [*a, 1, 3], [*a, 9], list(range(100, 150)), a[:10] + [7] * 30, a]
-    groups = prefix_groups(prompts, min_shared=32)
-    # the bare prefix joins too (it keeps its last token), the unrelated and the short-shared ones do not
-    assert groups == [PrefixGroup(39, (5, 0, 1, 2))]
-    assert prefix_groups(prompts, min_shared=0) == [] and prefix_groups(prompts[:1]) == []
-    keys = ["e1", "e1", "e2", "e3", "e4", "e2"]  # shared prefixes within a key (an example) only
-    assert prefix_groups(prompts, min_shared=32, keys=keys) == [
-        PrefixGroup(41, (0, 1)),  # a + [1]
-        PrefixGroup(39, (5, 2)),
+    # anchor 0 shares the most (ties go to the first); shared prefixes 41, 40, 0, 10, 39 (the bare prefix
+    # keeps its last token): cuts at 10 and 39 (40 and 41 are within 8 of 39); the unrelated one is out
+    assert prefix_trees(prompts, min_shared=8) == [
+        PrefixTree(0, (10, 39, 42), ((1, 1), (2, 1), (4, 0), (5, 1)))
     ]
-    longer = [a + [1] * 50 + [2], a + [1] * 50 + [3], [*a, 9]]
-    # joining the third would shorten the 90-token prefix of the first two to 40: not worth it
-    assert prefix_groups(longer, min_shared=32) == [PrefixGroup(90, (0, 1))]
+    assert prefix_trees(prompts, min_shared=0) == [] and prefix_trees(prompts[:1]) == []
+    keys = ["e1", "e1", "e2", "e3", "e4", "e2"]  # shared prefixes within a key (an example) only
+    assert prefix_trees(prompts, min_shared=8, keys=keys) == [
+        PrefixTree(0, (41, 42), ((1, 0),)),  # a + [1]
+        PrefixTree(5, (40,), ((2, 0),)),  # the bare prefix is the anchor: [*a, 9] continues its whole cache
+    ]
+    assert prefix_trees(prompts, min_shared=11, keys=keys)[0] == PrefixTree(0, (41, 42), ((1, 0),))
 
 
 def test_combined_mean_is_the_mean_of_the_whole():
@@ -41,12 +41,14 @@ def test_prefill_through_shared_prefixes_equals_one_without(arch, checkpoints, c
     model = sago_fast.load_model(checkpoints[arch], cache_dir=cache_dir)
     tok = model.tokenizer
     head = "Answer the following question about the capitals of the countries of the world, briefly. " * 2
+    question = "What is the capital of France, the country in western Europe? A. Paris B. Rome"
     texts = [
-        head + "What is the capital of France? A. Paris B. Rome",
-        head + "What is the capital of France? A. Rome B. Paris",
+        head + question,
+        head + "What is the capital of France, the country in western Europe? A. Rome B. Paris",
         head + "Which is larger, 7 or 9?",
         "A short prompt.",
         head,
+        head + question + " I think the answer is B, but I'm not sure.",  # continues the whole anchor
     ]
     ids = [tok(t)["input_ids"] for t in texts]
     conts = [
@@ -55,7 +57,8 @@ def test_prefill_through_shared_prefixes_equals_one_without(arch, checkpoints, c
             tok(" Rome city", add_special_tokens=False)["input_ids"],
         ]
     ] * len(texts)
-    assert prefix_groups(ids, model.prefix_sharing)  # the case under test: some prompts share a prefix
+    trees = prefix_trees(ids, model.prefix_sharing)  # the case under test: a tree in several pieces
+    assert len(trees) == 1 and len(trees[0].ends) >= 3 and len(trees[0].members) == 4
     shared = model.prefill(ids, conts)
     model.prefix_sharing = 0
     try:

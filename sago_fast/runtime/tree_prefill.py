@@ -1,0 +1,183 @@
+"""Prefill along prefix trees (:mod:`sago_fast.runtime.shared_prefix`): each anchor in pieces, each other
+prompt continuing the anchor's KV cache at its cut.
+
+A batch of anchors goes through its pieces together: pass j feeds every anchor's j-th piece (left-padded
+within the block) on the cache of pass j - 1, the mask growing with holes where a piece was shorter than
+the block. After pass j, the prompts that continue at that cut take their anchor's cache rows, and the
+anchors whose last piece it was are handed over as whole prompts. Only the last pass's cache is kept, so
+memory holds one batch's cache, as a plain prefill does. Pooled means add up over the pieces (token-
+weighted), the last token's hidden state and the next-token distribution come from the last piece.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from sago_fast.runtime.batching import left_pad, plan_batches, run_with_backoff
+from sago_fast.runtime.generate import prefill_feeds, with_plain_segments
+from sago_fast.runtime.kv_cache import KVCache
+from sago_fast.runtime.shared_prefix import PrefixTree, combined_mean
+
+OnPrefill = Callable[..., None]  # (prompt indices, ids, mask, outputs, new tokens) -> None
+
+
+@dataclass
+class _Prefix:
+    """The anchors of a batch after some pieces, in row order: their trees, ids and mask so far (rows, W),
+    their KV cache so far, the last pass's last-token outputs (``hidden_last``, ``next_logprobs``), and the
+    token-weighted sum of hidden means (layers, rows, d) over ``counts`` (rows,) real tokens."""
+
+    trees: list[PrefixTree]
+    ids: np.ndarray
+    mask: np.ndarray
+    cache: KVCache
+    last: dict[str, np.ndarray]
+    sums: np.ndarray
+    counts: np.ndarray
+
+    def keep(self, rows: list[int], model: Any) -> _Prefix:
+        """Only ``rows`` (positions), their cache rows gathered."""
+        picked = np.asarray(rows)
+        return _Prefix(
+            [self.trees[r] for r in rows],
+            self.ids[picked],
+            self.mask[picked],
+            model._kv_cache(_as_presents(self.cache.rows(picked))),
+            {
+                name: value[picked] if value.ndim == 2 else value[:, picked]
+                for name, value in self.last.items()
+            },
+            self.sums[:, picked],
+            self.counts[picked],
+        )
+
+    def mean(self) -> np.ndarray:
+        return (self.sums / self.counts[None, :, None]).astype(np.float32)
+
+
+def _as_presents(past: dict[str, Any]) -> dict[str, Any]:
+    """Past inputs named back as the ``present.*`` outputs they came from."""
+    return {name.replace("past_key_values.", "present.", 1): value for name, value in past.items()}
+
+
+@dataclass(frozen=True)
+class _Call:
+    """What every pass of one prefill shares: the model, the prompts' token ids, where outputs go
+    (``on_prefill``), the token counters, and whether the prompts' own caches are wanted afterwards."""
+
+    model: Any
+    token_ids: Sequence[Sequence[int]]
+    on_prefill: OnPrefill
+    tokens: dict[str, int]
+    keep_cache: bool
+
+
+def prefill_trees(
+    model: Any,
+    token_ids: Sequence[Sequence[int]],
+    trees: Sequence[PrefixTree],
+    on_prefill: OnPrefill,
+    tokens: dict[str, int],
+    keep_cache: bool,
+) -> None:
+    """Every prompt of ``trees``: anchors batched by length under the model's batch policy, each batch
+    through its pieces, the continuing prompts after the piece they share."""
+    call = _Call(model, token_ids, on_prefill, tokens, keep_cache)
+    lengths = np.array([len(token_ids[t.anchor]) for t in trees], dtype=np.int64)
+    for batch in plan_batches(lengths, model.batch_policy):
+        run_with_backoff(functools.partial(_anchor_batch, call, trees), batch, model._shrink_batches)
+
+
+def _anchor_batch(call: _Call, trees: Sequence[PrefixTree], batch: np.ndarray) -> None:
+    model = call.model
+    prefix: _Prefix | None = None
+    chosen = [trees[i] for i in batch]
+    for piece in range(max(len(t.ends) for t in chosen)):
+        active = [t for t in chosen if piece < len(t.ends)]
+        if prefix is not None and len(active) < len(prefix.trees):
+            prefix = prefix.keep([r for r, t in enumerate(prefix.trees) if piece < len(t.ends)], model)
+        prefix = _next_piece(call, active, piece, prefix)
+        continuing = [(r, m) for r, t in enumerate(prefix.trees) for m, at in t.members if at == piece]
+        if continuing:
+            _continue_all(call, prefix, continuing)
+        done = [r for r, t in enumerate(prefix.trees) if piece == len(t.ends) - 1]
+        if done:
+            _hand_over(call, prefix, done)
+
+
+def _next_piece(call: _Call, trees: list[PrefixTree], piece: int, prefix: _Prefix | None) -> _Prefix:
+    """One pass over the anchors' ``piece``-th pieces on the cache so far."""
+    model, token_ids = call.model, call.token_ids
+    parts = [token_ids[t.anchor][(t.ends[piece - 1] if piece else 0) : t.ends[piece]] for t in trees]
+    ids, new_mask = left_pad(parts, model.pad_id)  # (rows, w) each
+    if prefix is None:
+        mask, feeds = new_mask, prefill_feeds(model.session, ids, new_mask)
+    else:
+        mask = np.concatenate([prefix.mask, new_mask], axis=1)
+        feeds = {"input_ids": ids, "attention_mask": mask, "target_ids": np.zeros((len(trees), 0), np.int64)}
+        with_plain_segments(model.session, feeds)
+        feeds.update(prefix.cache.rows(slice(None)))  # every row: no copy
+        ids = np.concatenate([prefix.ids, ids], axis=1)
+    out = model._run(feeds, cache=True)
+    n_new = new_mask.sum(1)  # (rows,)
+    call.tokens["prefill"] += int(n_new.sum())
+    sums = out["hidden_mean"].astype(np.float64) * n_new[None, :, None]
+    if prefix is not None:
+        sums += prefix.sums
+        n_new = n_new + prefix.counts
+    last = {"hidden_last": out["hidden_last"], "next_logprobs": out["next_logprobs"]}
+    return _Prefix(list(trees), ids, mask, model._kv_cache(out), last, sums, n_new)
+
+
+def _hand_over(call: _Call, prefix: _Prefix, rows: list[int]) -> None:
+    """The anchors at ``rows`` are whole: their outputs, as a prefill of the whole prompts would give them."""
+    picked = np.asarray(rows)
+    out = {
+        "hidden_last": prefix.last["hidden_last"][:, picked],
+        "hidden_mean": prefix.mean()[:, picked],
+        "next_logprobs": prefix.last["next_logprobs"][picked],
+    }
+    if call.keep_cache:
+        out.update(_as_presents(prefix.cache.rows(picked)))
+    anchors = np.array([prefix.trees[r].anchor for r in rows])
+    call.on_prefill(anchors, prefix.ids[picked], prefix.mask[picked], out, 0)  # their tokens are counted
+    call.model.progress.advance(len(rows), int(prefix.counts[picked].sum()))
+
+
+def _continue_all(call: _Call, prefix: _Prefix, continuing: list[tuple[int, int]]) -> None:
+    """The prompts ``continuing`` (anchor row, prompt) after the current piece, batched by cost."""
+    model, tokens = call.model, call.tokens
+    width = prefix.mask.shape[1]
+    costs = np.array([width + len(call.token_ids[i]) - int(prefix.counts[r]) for r, i in continuing])
+    run = functools.partial(_continue, call, prefix, continuing)
+    for batch in plan_batches(costs, model.batch_policy):
+        before = tokens["prefill"] + tokens["blocks"]
+        run_with_backoff(run, batch, model._shrink_batches)
+        model.progress.advance(len(batch), tokens["prefill"] + tokens["blocks"] - before)
+
+
+def _continue(call: _Call, prefix: _Prefix, continuing: list[tuple[int, int]], batch: np.ndarray) -> None:
+    """One pass of the prompts ``continuing[batch]`` on their anchors' caches, handed to ``on_prefill`` as
+    a prefill of the whole prompts (means combined, ids and mask of prefix + own)."""
+    model, token_ids = call.model, call.token_ids
+    owners = np.array([continuing[b][0] for b in batch])
+    prompts = np.array([continuing[b][1] for b in batch])
+    shared = prefix.counts[owners]
+    own_ids, own_mask = left_pad(
+        [token_ids[i][int(n) :] for i, n in zip(prompts, shared, strict=True)], model.pad_id
+    )
+    mask = np.concatenate([prefix.mask[owners], own_mask], axis=1)  # (rows, prefix + own)
+    feeds = {"input_ids": own_ids, "attention_mask": mask, "target_ids": np.zeros((len(batch), 0), np.int64)}
+    with_plain_segments(model.session, feeds)
+    feeds.update(prefix.cache.rows(owners))
+    result = model._run(feeds, cache=call.keep_cache)
+    result["hidden_mean"] = combined_mean(
+        prefix.mean()[:, owners], shared, result["hidden_mean"], own_mask.sum(1)
+    )
+    ids = np.concatenate([prefix.ids[owners], own_ids], axis=1)
+    call.on_prefill(prompts, ids, mask, result, int(own_mask.sum()))
