@@ -97,27 +97,6 @@ def model_prompts(tokenizer: Any, variants: Sequence[Variant], fmt: PromptFormat
     return ModelPrompts(tuple(texts), chat)
 
 
-def fit_to_context(
-    token_ids: Sequence[Sequence[int]], room: Sequence[int], limit: int | None
-) -> tuple[list[list[int]], list[int]]:
-    """lm-evaluation-harness's rule for an input longer than the model: cut the prompt from the left.
-
-    Prompt i keeps its last tokens, so that they and the ``room[i]`` positions that follow them (its
-    longest continuation but its last token, which is never fed, or the tokens it may generate) fit in
-    ``limit`` positions; at least one token is kept. For a continuation of k tokens this keeps the last
-    ``limit + 1`` tokens of prompt + continuation, as lm-eval's ``loglikelihood`` does; for generation,
-    ``limit - max_new_tokens`` prompt tokens, as its ``generate_until``.
-    Returns the prompts as the model reads them and the tokens cut from each (0: whole)."""
-    if limit is None:
-        return [list(ids) for ids in token_ids], [0] * len(token_ids)
-    kept, cut = [], []
-    for ids, extra in zip(token_ids, room, strict=True):
-        n_cut = max(len(ids) - max(limit - extra, 1), 0)
-        kept.append(list(ids[n_cut:]))
-        cut.append(n_cut)
-    return kept, cut
-
-
 def appended_bound(example: Any, max_new_tokens: int) -> int:
     """An upper bound on the tokens put after a prompt of ``example``: its longest option or label (a
     token covers at least one UTF-8 byte; one more for the delimiter), or the tokens it may generate and
@@ -131,7 +110,8 @@ def check_some_fit(
     model: Any, data: Dataset, variants: Sequence[Variant], fmt: PromptFormat, max_new_tokens: int
 ) -> None:
     """Before any work: a dataset whose every canonical prompt (with what follows it) is longer than the
-    model is refused in one line; single long prompts are cut when answered (:func:`fit_to_context`).
+    model is refused in one line; single long prompts are cut when answered
+    (:func:`sago_fast.runtime.scoring.fit_to_context`).
     Only prompts that may not fit by a bound on bytes are tokenized."""
     limit = model.max_positions
     canonical = [v for v in variants if v.is_canonical]

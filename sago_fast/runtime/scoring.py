@@ -7,8 +7,8 @@ token count; trailing whitespace of the context moves to the front of the contin
 ``score_pairs`` scores continuations of known prompts on each prompt's prefill cache (one pass over the
 prompt for all its continuations); a pair whose context does not encode to exactly the prompt's tokens
 is scored as a whole sequence. A prompt longer than the model is cut from the left, as lm-eval does
-(:func:`~sago_fast.runtime.prompting.fit_to_context`), and the probe says by how many tokens. ``score_continuations`` scores arbitrary pairs as whole sequences. Only
-the log-probs of each row's target tokens leave the graph.
+(:func:`fit_to_context`), and the probe says by how many tokens. ``score_continuations`` scores arbitrary
+pairs as whole sequences. Only the log-probs of each row's target tokens leave the graph.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from sago_fast.errors import InputError
-from sago_fast.runtime.prompting import fit_to_context
 
 if TYPE_CHECKING:
     from sago_fast.runtime.protocol import LanguageModel
@@ -67,6 +66,27 @@ def encode_pair(
         start = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
         return [int(start)], list(whole)
     return list(whole[:n_context]), list(whole[n_context:])
+
+
+def fit_to_context(
+    token_ids: Sequence[Sequence[int]], room: Sequence[int], limit: int | None
+) -> tuple[list[list[int]], list[int]]:
+    """lm-evaluation-harness's rule for an input longer than the model: cut the prompt from the left.
+
+    Prompt i keeps its last tokens, so that they and the ``room[i]`` positions that follow them (its
+    longest continuation but its last token, which is never fed, or the tokens it may generate) fit in
+    ``limit`` positions; at least one token is kept. For a continuation of k tokens this keeps the last
+    ``limit + 1`` tokens of prompt + continuation, as lm-eval's ``loglikelihood`` does; for generation,
+    ``limit - max_new_tokens`` prompt tokens, as its ``generate_until``.
+    Returns the prompts as the model reads them and the tokens cut from each (0: whole)."""
+    if limit is None:
+        return [list(ids) for ids in token_ids], [0] * len(token_ids)
+    kept, cut = [], []
+    for ids, extra in zip(token_ids, room, strict=True):
+        n_cut = max(len(ids) - max(limit - extra, 1), 0)
+        kept.append(list(ids[n_cut:]))
+        cut.append(n_cut)
+    return kept, cut
 
 
 def score_continuations(

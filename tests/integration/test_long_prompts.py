@@ -11,8 +11,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from sago_fast.run import RunConfig, run
 from sago_fast.run.pipeline import UnitsFailedError
-from sago_fast.runtime.prompting import fit_to_context
-from sago_fast.runtime.scoring import encode_pair
+from sago_fast.runtime.scoring import encode_pair, fit_to_context
 from sago_fast.store import Store
 from sago_fast.store.queries import summary_rows
 
