@@ -104,6 +104,17 @@ def with_plain_segments(session: object, feeds: dict[str, np.ndarray]) -> dict[s
     return feeds
 
 
+def continue_feeds(
+    session: object, ids: np.ndarray, mask: np.ndarray, past: dict[str, Any]
+) -> dict[str, Any]:
+    """Feeds of a pass that continues a KV cache: new tokens ``ids`` (batch, new), ``mask`` over past and
+    new (batch, past + new), the past tensors by input name, no targets."""
+    feeds = {"input_ids": ids, "attention_mask": mask, "target_ids": np.zeros((len(ids), 0), dtype=np.int64)}
+    with_plain_segments(session, feeds)
+    feeds.update(past)
+    return feeds
+
+
 def prefill_feeds(session: object, ids: np.ndarray, mask: np.ndarray) -> dict[str, np.ndarray]:
     """Feeds of a prompt step: zero-length past tensors (batch, kv_heads, 0, head_dim), no targets."""
     feeds = {"input_ids": ids, "attention_mask": mask, "target_ids": np.zeros((len(ids), 0), dtype=np.int64)}
@@ -207,13 +218,8 @@ def _generate_batch(
         if not keep.all():
             active, mask, next_tokens = active[keep], mask[keep], next_tokens[keep]
             presents = [p[keep] for p in presents]
-        feeds = {
-            "input_ids": next_tokens.reshape(-1, 1).astype(np.int64),
-            "attention_mask": mask,
-            "target_ids": np.zeros((len(active), 0), dtype=np.int64),
-        }
-        with_plain_segments(session, feeds)
-        feeds.update(zip(past_names, presents, strict=True))
+        past = dict(zip(past_names, presents, strict=True))
+        feeds = continue_feeds(session, next_tokens.reshape(-1, 1).astype(np.int64), mask, past)
     _finish(rows, settings, text.decode)
     return rows
 

@@ -112,15 +112,16 @@ def check_some_fit(
     """Before any work: a dataset whose every canonical prompt (with what follows it) is longer than the
     model is refused in one line; single long prompts are cut when answered
     (:func:`sago_fast.runtime.scoring.fit_to_context`).
-    Only prompts that may not fit by a bound on bytes are tokenized."""
+    Prompts are rendered one at a time until one fits, and only those that may not fit by a bound on bytes
+    are tokenized."""
     limit = model.max_positions
     canonical = [v for v in variants if v.is_canonical]
     if limit is None or not canonical:
         return
     examples = {e.example_id: e for e in data.examples}
-    texts = model_prompts(model.tokenizer, canonical, fmt).texts
     longest = 0
-    for variant, text in zip(canonical, texts, strict=True):
+    for variant in canonical:
+        (text,) = model_prompts(model.tokenizer, [variant], fmt).texts
         need = appended_bound(examples[variant.example_id], max_new_tokens)
         if len(text.encode()) + need + 2 <= limit:  # +2: special tokens the tokenizer may add
             return

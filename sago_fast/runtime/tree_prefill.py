@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from sago_fast.runtime.batching import left_pad, plan_batches, run_with_backoff
-from sago_fast.runtime.generate import prefill_feeds, with_plain_segments
+from sago_fast.runtime.generate import continue_feeds, prefill_feeds
 from sago_fast.runtime.kv_cache import KVCache
 from sago_fast.runtime.shared_prefix import PrefixTree, combined_mean
 
@@ -119,9 +119,7 @@ def _next_piece(call: _Call, trees: list[PrefixTree], piece: int, prefix: _Prefi
         mask, feeds = new_mask, prefill_feeds(model.session, ids, new_mask)
     else:
         mask = np.concatenate([prefix.mask, new_mask], axis=1)
-        feeds = {"input_ids": ids, "attention_mask": mask, "target_ids": np.zeros((len(trees), 0), np.int64)}
-        with_plain_segments(model.session, feeds)
-        feeds.update(prefix.cache.rows(slice(None)))  # every row: no copy
+        feeds = continue_feeds(model.session, ids, mask, prefix.cache.rows(slice(None)))  # every row: no copy
         ids = np.concatenate([prefix.ids, ids], axis=1)
     out = model._run(feeds, cache=True)
     n_new = new_mask.sum(1)  # (rows,)
@@ -172,9 +170,7 @@ def _continue(call: _Call, prefix: _Prefix, continuing: list[tuple[int, int]], b
         [token_ids[i][int(n) :] for i, n in zip(prompts, shared, strict=True)], model.pad_id
     )
     mask = np.concatenate([prefix.mask[owners], own_mask], axis=1)  # (rows, prefix + own)
-    feeds = {"input_ids": own_ids, "attention_mask": mask, "target_ids": np.zeros((len(batch), 0), np.int64)}
-    with_plain_segments(model.session, feeds)
-    feeds.update(prefix.cache.rows(owners))
+    feeds = continue_feeds(model.session, own_ids, mask, prefix.cache.rows(owners))
     result = model._run(feeds, cache=call.keep_cache)
     result["hidden_mean"] = combined_mean(
         prefix.mean()[:, owners], shared, result["hidden_mean"], own_mask.sum(1)
