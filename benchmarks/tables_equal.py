@@ -29,6 +29,9 @@ VOLATILE = {
     "units": ("seconds", "finished_at"),
     "unit_chunks": ("seconds", "finished_at", "state"),
     "exports": ("created_at", "seconds"),
+    # which processes wrote a run, and which of them held each unit, is not a result
+    "workers": ("worker_id", "run_id", "host", "pid", "command", "started_at", "heartbeat_at", "state"),
+    "run_units": ("worker_id", "claimed_at", "takeovers", "error"),
 }
 WALL_TIME = ("seconds", "finished_at", "created_at", "applied_at")
 

@@ -51,6 +51,8 @@ def check_writable(target: str | os.PathLike[str], *, what: str, directory: bool
         raise InputError(f"{what} {target}: is a folder, not a file")
     if target.exists() and directory and not target.is_dir():
         raise InputError(f"{what} {target}: is a file, not a folder")
+    if target.is_file() and not os.access(target, os.W_OK):
+        raise InputError(f"{what} {target}: the file is read-only (no write permission for this user)")
     folder = target if directory and target.is_dir() else target.parent
     while not folder.exists() and folder != folder.parent:
         folder = folder.parent

@@ -14,3 +14,8 @@ CHAT_TEMPLATE = "none"
 NUM_FEWSHOT = 0
 CHUNK_MEMORY_MB = 256  # a unit is answered in chunks of examples whose probe arrays fit in this
 SAMPLE_MEMORY_MB = 512  # kNN and CKA keep example activations up to this, then sample examples
+# Results files shared by processes: each holds the file only for one step (a commit, a query)
+DB_READ_WAIT_S = 30.0  # a reader (query, stats, report, status) waits this long for a held file, at most
+DB_WRITE_WAIT_S = 600.0  # a writer (a run's commit) waits this long, at most ($SAGO_DB_WAIT sets both)
+HEARTBEAT_S = 10.0  # a writing process records that it is alive this often
+STALE_AFTER_S = 120.0  # a claim without a heartbeat for this long is taken over (its chunks are kept)

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from sago_fast.cli import bench, demo, export, merge, probe, query, report, run, stats, zoo
+from sago_fast.cli import bench, demo, export, merge, probe, query, report, run, stats, status, zoo
 from sago_fast.cli.variants import variants_app
 
 app = typer.Typer(
@@ -24,6 +24,7 @@ app.command("query", help=query.__doc__)(query.query_command)
 app.command("run", help=run.__doc__)(run.run_command)
 app.command("demo", help=demo.__doc__)(demo.demo_command)
 app.command("stats", help=stats.__doc__)(stats.stats_command)
+app.command("status", help=status.__doc__)(status.status_command)
 app.command("merge", help=merge.__doc__)(merge.merge_command)
 app.command("bench", help=bench.__doc__)(bench.bench_command)
 app.command("report", help=report.__doc__)(report.report_command)

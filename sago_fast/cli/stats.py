@@ -56,9 +56,23 @@ def stats_command(
     result = run_stats(db, run_id, config)
     written = ", ".join(f"{table} {n}" for table, n in result.rows.items())
     typer.echo(f"statistics of run {result.run_id}: {written} rows -> {db}")
+    _print_still_running(db, result.run_id)
     _print_prompts_cut(db, result.run_id)
     _print_sequential(db, result.run_id)
     _print_changes(db, result.run_id, alpha)
+
+
+def _print_still_running(db: Path, run_id: str) -> None:
+    """For a run still being written: that these statistics cover what is committed so far."""
+    from sago_fast.store.status import run_status
+
+    (run,) = run_status(db, run_id)
+    if run.status == "running":
+        typer.echo(
+            f"run {run_id} is still running: these statistics cover the {run.examples_done} examples committed "
+            f"so far ({run.count('done') + run.count('stopped')} of {len(run.units)} units done); the run "
+            "computes them again when it ends"
+        )
 
 
 def _print_prompts_cut(db: Path, run_id: str) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import time
 import traceback
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,7 +66,7 @@ class UnitOutcome:
 
 def evaluate_checkpoint(
     checkpoint: Checkpoint,
-    units: Sequence[Unit],
+    units: Iterable[Unit],
     datasets: dict[str, Dataset],
     variants: dict[str, list[Variant]],
     config: RunConfig,

@@ -10,11 +10,12 @@ driver writes the results file.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from sago_fast.errors import InputError
 from sago_fast.registry import Registry
@@ -38,26 +39,49 @@ def _subset(plan: Plan, units: Sequence[Unit]) -> tuple[dict, dict]:
     }
 
 
+class Claimer(Protocol):
+    def claim(self, unit: Unit) -> bool:
+        """Whether this process may evaluate ``unit`` now (claimed in the results file for it)."""
+
+    def busy(self, units: list[Unit]) -> bool:
+        """Whether another process is working on some of ``units``."""
+
+
 @dataclass(frozen=True)
 class Work:
     """What an executor (or the lockstep scheduler) is given: the run's plan, the units to do, its
-    settings, where progress goes, and the chunks earlier invocations committed (unit id -> chunks)."""
+    settings, where progress goes, the chunks earlier invocations committed (unit id -> chunks; a claim
+    adds to it), and ``claimer``: set when units are claimed one at a time, as they are reached (other
+    processes write the same file), None when they are all this process's."""
 
     plan: Plan
     units: Sequence[Unit]
     config: RunConfig
     progress: RunProgress | None = None
     resume: Mapping[str, ChunksDone] = field(default_factory=dict)
+    claimer: Claimer | None = None
 
 
 @EXECUTORS.register("local")
 def local_outcomes(work: Work) -> Iterator[Outcome]:
-    """One checkpoint after the other, in run order, in this process."""
-    plan = work.plan
-    for checkpoint, group in plan.by_checkpoint(work.units):
+    """One checkpoint after the other, in run order, in this process; each unit claimed when it is
+    reached (a checkpoint none of whose units can be claimed is not loaded; one another process is
+    working on comes last, so that processes sharing a file start on different models)."""
+    plan, claimer = work.plan, work.claimer
+    groups = plan.by_checkpoint(work.units)
+    if claimer is not None:
+        busy = [claimer.busy(group) for _, group in groups]
+        groups = [g for g, b in zip(groups, busy, strict=True) if not b] + [
+            g for g, b in zip(groups, busy, strict=True) if b
+        ]
+    for checkpoint, group in groups:
+        units: Iterator[Unit] = iter(group) if claimer is None else (u for u in group if claimer.claim(u))
+        first = next(units, None)
+        if first is None:
+            continue
         yield from evaluate_checkpoint(
             checkpoint,
-            group,
+            itertools.chain([first], units),
             plan.datasets,
             plan.variants,
             work.config,

@@ -16,6 +16,7 @@ from sago_fast.axes import DATASET_SCORERS
 from sago_fast.axes.levels import unpack_partials
 from sago_fast.errors import DiskFullError, Interrupted, SagoError
 from sago_fast.run.checkpoint import ChunkOutcome, UnitOutcome
+from sago_fast.run.claims import PlannedUnit
 from sago_fast.run.chunk import finish_unit
 from sago_fast.run.config import RunConfig
 from sago_fast.run.executors import EXECUTORS, Work
@@ -61,13 +62,15 @@ class RunResult:
     skipped: int = 0  # units already done (by an earlier invocation of the same run)
     failed: tuple[tuple[str, str], ...] = field(default_factory=tuple)  # (unit description, reason)
     shard_dir: str | None = None
+    elsewhere: int = 0  # units another live process was running (claimed in the file)
 
     def describe(self) -> str:
         """One line: the run, where it ran and what this invocation did."""
         where = f"on {self.provider}" if self.provider else "(nothing new evaluated)"
+        others = f", {self.elsewhere} left to other processes" if self.elsewhere else ""
         return (
             f"run {self.run_id} {where}: {plural(len(self.units), 'unit')} run, {self.skipped} already done "
-            f"(skipped), {len(self.failed)} failed"
+            f"(skipped), {len(self.failed)} failed{others}"
         )
 
 
@@ -96,7 +99,7 @@ def run(
         comparison_monitor(plan, config)
     shard = parse_shard(config.shard)
     units = [u for u in plan.units if shard is None or u.index % shard[1] == shard[0]]
-    sink = _open_sink(config, plan, command, shard is not None)
+    sink = _open_sink(config, plan, command, units, shard is not None)
     finished = sink.finished(plan.run_id, [u.unit_id for u in units])
     todo = [u for u in units if u.unit_id not in finished]
     skipped = len(units) - len(todo)
@@ -104,11 +107,16 @@ def run(
     interrupted = False
     try:  # from here on, a Ctrl-C says what is kept and how to resume
         resume = _committed_chunks(sink, plan, config, todo, skipped, len(units))
+        claimer = UnitClaimer(sink, plan, writer, resume)
+        lazily = config.executor == "local" and not config.until_separated
+        if not lazily:  # Ray tasks and lockstep models start together: their units are claimed now
+            todo = [u for u in todo if claimer.claim(u)]
         if light_start and config.executor == "local":
             start_without_torch_if_exported(
                 {u.model_id: u.checkpoint for u in todo}.values(), device, config.cache_dir
             )
-        writer.consume(_outcomes(plan, todo, config, writer.shown, resume), resume)
+        work = Work(plan, todo, config, writer.shown, resume, claimer if lazily else None)
+        writer.consume(_outcomes(work), resume)
     except KeyboardInterrupt:
         # wherever Ctrl-C lands (a unit, a write, between units): one line saying what is kept
         interrupted = True
@@ -120,8 +128,17 @@ def run(
         ) from None
     finally:
         writer.close(interrupted)
+    left, others = sink.left_to_others(plan.run_id) if shard is None else (0, 0)
     if shard is None and config.stats and not writer.failed:
-        _statistics(config.db, plan.run_id, fresh=bool(writer.results), n_units=len(units))  # type: ignore[arg-type]
+        if left and others:
+            log.warning(
+                "run %s: %s still to finish in %s; the last process to finish computes the statistics",
+                plan.run_id,
+                plural(left, "unit"),
+                plural(others, "other process"),
+            )
+        else:
+            _statistics(config.db, plan.run_id, fresh=bool(writer.results), n_units=len(units))  # type: ignore[arg-type]
     result = RunResult(
         plan.run_id,
         None if config.db is None else str(config.db),
@@ -130,16 +147,28 @@ def run(
         skipped,
         tuple(writer.failed),
         None if config.shard_dir is None else str(config.shard_dir),
+        len(claimer.elsewhere),
     )
     _raise_failures(result, plan, len(units))
     return result
 
 
-def _open_sink(config: RunConfig, plan: Plan, command: str, sharded: bool) -> Sink:
-    """The results file (the run's row written, claimed by this process) or the shard folder."""
+def _open_sink(config: RunConfig, plan: Plan, command: str, units: list[Unit], sharded: bool) -> Sink:
+    """The results file (the run's row and its planned units written, this process a worker of it) or the
+    shard folder."""
     row = run_row(plan.run_id, command, config.as_json(), config.device, "", "running")
     if not sharded:
-        return DuckDBSink(config.db, row)  # type: ignore[arg-type]
+        planned = [
+            PlannedUnit(
+                u.unit_id,
+                u.index,
+                str(u.checkpoint.display_path),
+                plan.datasets[u.dataset_id].name,
+                _planned_examples(plan.datasets[u.dataset_id], config),
+            )
+            for u in units
+        ]
+        return DuckDBSink(config.db, row, planned)  # type: ignore[arg-type]
     return ParquetShardSink(config.shard_dir, row, [u.unit_id for u in plan.units])  # type: ignore[arg-type]
 
 
@@ -165,6 +194,48 @@ def _committed_chunks(
     return resume
 
 
+def _planned_examples(data: Dataset, config: RunConfig) -> int:
+    """The examples a unit answers at most (a sequential unit may stop before)."""
+    n = len(data.examples)
+    return min(n, config.budget) if config.budget is not None else n
+
+
+class UnitClaimer:
+    """Claims each unit in the results file before it is evaluated (:mod:`sago_fast.run.claims`): a unit
+    another live process holds, or has finished, is left to it (and counted as done in the progress); a
+    unit taken over from a dead process resumes after the chunks it committed."""
+
+    def __init__(self, sink: Sink, plan: Plan, writer: _Writer, resume: dict[str, ChunksDone]) -> None:
+        self.sink, self.plan, self.writer, self.resume = sink, plan, writer, resume
+        self.elsewhere: list[str] = []
+
+    def claim(self, unit: Unit) -> bool:
+        claim = self.sink.claim(self.plan.run_id, unit.unit_id)
+        where = f"{unit.checkpoint.display_path} × {self.plan.datasets[unit.dataset_id].name}"
+        if not claim.mine:
+            why = "done by another process" if claim.state == "done" else f"running in {claim.holder}"
+            log.info("unit %s: %s, left to it", where, why)
+            self.elsewhere.append(unit.unit_id)
+            self.writer.shown.elsewhere(where, why, unit.unit_id)
+            return False
+        done = self.sink.chunks_done(self.plan.run_id, unit.unit_id)
+        if done.n_chunks:
+            self.resume[unit.unit_id] = done
+        if claim.took_over:
+            log.warning(
+                "unit %s: taking over the claim of %s; resuming after %d committed chunks",
+                where,
+                claim.took_over,
+                done.n_chunks,
+            )
+        return True
+
+    def busy(self, units: list[Unit]) -> bool:
+        """Whether another live process holds a unit of ``units`` (a checkpoint's: this one starts
+        elsewhere, so that two processes load different models)."""
+        return self.sink.held_elsewhere(self.plan.run_id, [u.unit_id for u in units])
+
+
 class _Writer:
     """Writes each outcome as it comes (a chunk: its rows, one transaction; a unit: its finish) and keeps
     what the invocation did: finished units, failures, the execution provider."""
@@ -179,13 +250,16 @@ class _Writer:
         self.provider = ""
 
     def consume(self, outcomes: Iterator[ChunkOutcome | UnitOutcome], resume: dict[str, ChunksDone]) -> None:
-        examples_done = {unit_id: len(done.example_ids) for unit_id, done in resume.items()}
+        examples_done: dict[str, int] = {}
         for outcome in outcomes:
             data = self.plan.datasets[outcome.dataset_id]
             where = f"{outcome.checkpoint} × {data.name}"
             if isinstance(outcome, ChunkOutcome):
                 self._chunk(outcome, data, where)
-                examples_done[outcome.unit_id] = examples_done.get(outcome.unit_id, 0) + outcome.n_examples
+                before = examples_done.get(outcome.unit_id)
+                if before is None:  # resumed units start from their committed chunks (read when claimed)
+                    before = len(resume[outcome.unit_id].example_ids) if outcome.unit_id in resume else 0
+                examples_done[outcome.unit_id] = before + outcome.n_examples
                 total = len(data.examples)
                 total = min(total, self.config.budget) if self.config.budget is not None else total  # at most
                 self.shown.examples(where, examples_done[outcome.unit_id], total, outcome.unit_id)
@@ -203,9 +277,11 @@ class _Writer:
         if outcome.end is None:
             self.failed.append((where, outcome.error or "unknown error"))
             log.error("unit %s failed: %s", where, outcome.error)
+            self.sink.release(self.plan.run_id, outcome.unit_id, "failed", outcome.error)
         else:
             unit = self.by_id[outcome.unit_id]
             self.results.append(_finish(self.sink, self.plan.run_id, unit, data, outcome, where))
+            self.sink.release(self.plan.run_id, outcome.unit_id, "done")
             self.provider = outcome.end.model.provider or self.provider
             log.info("unit %s done in %.1fs", where, outcome.seconds)
         self.shown.unit_finished(where, outcome.error, outcome.seconds, outcome.unit_id)
@@ -214,7 +290,7 @@ class _Writer:
         """Record how the run ended ("unscored": every unit is done and the statistics are still to come,
         or left to `sago stats`) and close the sink."""
         self.shown.close()
-        complete = not self.failed and len(self.results) == len(self.by_id)
+        complete = not self.failed and len(self.results) == len(self.by_id)  # the file may say more
         status = "interrupted" if interrupted else "unscored" if complete else "failed"
         try:
             self.sink.finish(self.plan.run_id, status, self.provider)
@@ -299,15 +375,9 @@ def _has_stats(db: Any, run_id: str) -> bool:
         return store.has_stats(run_id)
 
 
-def _outcomes(
-    plan: Plan,
-    units: list[Unit],
-    config: RunConfig,
-    progress: RunProgress,
-    resume: dict[str, ChunksDone],
-) -> Iterator[ChunkOutcome | UnitOutcome]:
+def _outcomes(work: Work) -> Iterator[ChunkOutcome | UnitOutcome]:
     """The units' outcomes: the compared models in lockstep (``--until-separated``), else the executor's."""
-    work = Work(plan, units, config, progress, resume)
+    config = work.config
     if config.until_separated:
         from sago_fast.run.lockstep import lockstep_outcomes
 

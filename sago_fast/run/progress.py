@@ -98,6 +98,14 @@ class RunProgress:
                 f"({time.monotonic() - self._started:.0f} s since the run started)",
             )
 
+    def elsewhere(self, label: str, why: str, unit_id: str = "") -> None:
+        """A unit is left to another process (it is running there, or done): counted as done here."""
+        self.done += 1
+        if self.mode == "bars":
+            self._bar.update(1)
+        elif self.mode == "lines":
+            progress_line(self.file, f"unit left to another process ({why}): {label}")
+
     def _unit_number(self, key: str) -> int:
         """The unit's number among the run's units: in the order they started (several are in progress
         at once when models advance in lockstep)."""

@@ -4,7 +4,8 @@ A unit is written chunk by chunk, each chunk all or nothing with its ``unit_chun
 dataset scorers' partial state), then finished: its last rows and its done mark (``units``) together.
 
 - DuckDB: one transaction per chunk and one for the finish (:meth:`Store.write_chunk`,
-  :meth:`Store.write_unit`).
+  :meth:`Store.write_unit`), the file open only for each of them, so that other processes read and write
+  it in between; units are claimed in the file first (:mod:`sago_fast.run.claims`).
 - Parquet: chunk folders ``<root>/<run_id>/.<unit_id>.chunks/<chunk>/`` (each written under a temporary
   name and renamed), joined at the finish into the unit folder ``<root>/<run_id>/<unit_id>/`` holding
   ``<table>.parquet`` and ``manifest.json`` (row counts per table, the run row, the planned units).
@@ -21,8 +22,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+from sago_fast.run.claims import Claim, Claims, ClaimSettings, PlannedUnit
 from sago_fast.store import Store
 from sago_fast.store.rows import TableRows
+from sago_fast.store.shared import SharedFile
 from sago_fast.store.store import ChunksDone
 
 log = logging.getLogger(__name__)
@@ -30,7 +33,6 @@ log = logging.getLogger(__name__)
 MANIFEST = "manifest.json"
 SHARD_FORMAT = 1
 CHUNK_DONE = "chunk.json"
-SINK_MEMORY_LIMIT = "1GB"  # DuckDB's buffer pool while a run writes
 
 
 class Sink(Protocol):
@@ -56,44 +58,107 @@ class Sink(Protocol):
     def finish(self, run_id: str, status: str, provider: str) -> None:
         """Record how the run ended."""
 
+    def claim(self, run_id: str, unit_id: str) -> Claim:
+        """Claim a unit for this process before it is evaluated."""
+
+    def release(self, run_id: str, unit_id: str, state: str, error: str | None = None) -> None:
+        """This process's claim ends: ``done``, ``failed`` (with ``error``) or ``waiting``."""
+
+    def held_elsewhere(self, run_id: str, unit_ids: Sequence[str]) -> bool:
+        """Whether another live process holds any of these units."""
+
+    def left_to_others(self, run_id: str) -> tuple[int, int]:
+        """(units of the run not done, other live processes working on it)."""
+
     def close(self) -> None: ...
 
 
 class DuckDBSink:
-    """The results database: the run's row on open, a transaction per chunk and per finish, the status."""
+    """The results database, shared with other processes (:mod:`sago_fast.store.shared`): each step opens
+    the file, does its work in one transaction and closes it, so readers and other runs get in between.
+    On open: the run's row, this process's worker row and the planned units (:mod:`sago_fast.run.claims`),
+    then a heartbeat until :meth:`finish`."""
 
-    def __init__(self, db: str | os.PathLike[str], run_row: dict[str, list[Any]]) -> None:
-        self.store = Store(db)
+    def __init__(
+        self,
+        db: str | os.PathLike[str],
+        run_row: dict[str, list[Any]],
+        planned: Sequence[PlannedUnit] = (),
+        settings: ClaimSettings = ClaimSettings(),
+    ) -> None:
+        self.file = SharedFile(db)
         self.where = str(db)
-        # DuckDB keeps the pages it wrote in its buffer pool up to 80% of RAM by default: the RSS of a long
-        # run would grow with its results file. Committed pages are on disk and can be evicted.
-        self.store.query(f"SET memory_limit = '{SINK_MEMORY_LIMIT}'")
         run_id = run_row["run_id"][0]
-        with self.store.transaction():
-            self.store.mark_dead_runs()
-            self.store.insert("runs", run_row, key=("run_id",))
-            self.store.claim_run(run_id)
+        self.claims = Claims(self.file, run_id, settings=settings)
+        with self.file.step() as store, store.transaction():
+            store.mark_dead_runs(settings.stale_after_s)
+            store.insert("runs", run_row, key=("run_id",))
+            store.claim_run(run_id)
+            self.claims.register(store, planned)
+        self.claims.start_heartbeat()
 
     def finished(self, run_id: str, unit_ids: Sequence[str]) -> set[str]:
-        return self.store.done_units(run_id) & set(unit_ids)
+        with self.file.step() as store:
+            return store.done_units(run_id) & set(unit_ids)
 
     def chunks_done(self, run_id: str, unit_id: str) -> ChunksDone:
-        return self.store.chunks_done(run_id, unit_id)
+        with self.file.step() as store:
+            return store.chunks_done(run_id, unit_id)
 
     def write_chunk(self, run_id: str, unit_id: str, chunk: int, rows: TableRows) -> bool:
-        return write_chunk(self.store, run_id, unit_id, chunk, rows)
+        with self.file.step() as store:
+            return write_chunk(store, run_id, unit_id, chunk, rows)
 
     def chunk_states(self, run_id: str, unit_id: str) -> list[bytes]:
-        return self.store.chunk_states(run_id, unit_id)
+        with self.file.step() as store:
+            return store.chunk_states(run_id, unit_id)
 
     def write(self, run_id: str, unit_id: str, rows: TableRows) -> bool:
-        return write_rows(self.store, run_id, unit_id, rows)
+        with self.file.step() as store:
+            return write_rows(store, run_id, unit_id, rows)
+
+    def claim(self, run_id: str, unit_id: str) -> Claim:
+        with self.file.step() as store:
+            return self.claims.claim(store, unit_id)
+
+    def release(self, run_id: str, unit_id: str, state: str, error: str | None = None) -> None:
+        with self.file.step() as store:
+            self.claims.release(store, unit_id, state, error)
+
+    def held_elsewhere(self, run_id: str, unit_ids: Sequence[str]) -> bool:
+        with self.file.step() as store:
+            return self.claims.held_elsewhere(store, unit_ids)
+
+    def left_to_others(self, run_id: str) -> tuple[int, int]:
+        """(planned units not done, live processes other than this one working on the run)."""
+        with self.file.step() as store:
+            return self._left(store, run_id)
+
+    def _left(self, store: Store, run_id: str) -> tuple[int, int]:
+        _, rows = store.query(
+            """SELECT count(*) FROM run_units r WHERE r.run_id = $run AND NOT EXISTS
+               (SELECT 1 FROM units u WHERE u.run_id = r.run_id AND u.unit_id = r.unit_id AND u.status = 'done')""",
+            {"run": run_id},
+        )
+        others = set(self.claims.live_workers(store)) - {self.claims.worker.worker_id}
+        return int(rows[0][0]), len(others)
 
     def finish(self, run_id: str, status: str, provider: str) -> None:
-        self.store.set_run_status(run_id, status, provider)
+        """This worker ends (its unfinished claims go back to waiting); the run is ``status``, unless
+        every planned unit is done (``unscored``: its statistics are to come) or other processes still
+        work on it (``running``)."""
+        self.claims.stop()
+        with self.file.step() as store, store.transaction():
+            self.claims.finish(store, "interrupted" if status == "interrupted" else "finished")
+            left, others = self._left(store, run_id)
+            if not left:
+                status = "unscored"
+            elif others:
+                status = "running"
+            store.set_run_status(run_id, status, provider)
 
     def close(self) -> None:
-        self.store.close()
+        self.claims.stop()
 
 
 def write_chunk(store: Store, run_id: str, unit_id: str, chunk: int, rows: TableRows) -> bool:
@@ -123,6 +188,18 @@ class ParquetShardSink:
 
     def finish(self, run_id: str, status: str, provider: str) -> None:
         return None  # each unit folder carries the run row; `sago merge` sets the status
+
+    def claim(self, run_id: str, unit_id: str) -> Claim:
+        return Claim("mine")  # a shard folder has one writer: its shard's units are its own
+
+    def release(self, run_id: str, unit_id: str, state: str, error: str | None = None) -> None:
+        return None
+
+    def held_elsewhere(self, run_id: str, unit_ids: Sequence[str]) -> bool:
+        return False
+
+    def left_to_others(self, run_id: str) -> tuple[int, int]:
+        return 0, 0
 
     def close(self) -> None:
         return None

@@ -50,17 +50,18 @@ def run_stats(
     from sago_fast.stats.data import latest_run, load_run
     from sago_fast.store import Store
 
-    with Store(db, create=False) as store:
+    with Store(db, create=False) as store:  # the file is held while reading and writing, not computing
         store.mark_dead_runs()
         run = run_id or latest_run(store)
-        tables = compute_stats(load_run(store, run), config)
-        rows = {}
-        with store.transaction():
-            for table in StatsTables.TABLES:
-                store.delete_rows(table, run_id=run)
-                columns = dict(getattr(tables, table))
-                rows[table] = store.insert(table, columns) if columns else 0
-            store.query(  # a run whose units were all done is done once it has its statistics
-                "UPDATE runs SET status = 'done' WHERE run_id = $run AND status = 'unscored'", {"run": run}
-            )
+        data = load_run(store, run)
+    tables = compute_stats(data, config)
+    rows = {}
+    with Store(db, create=False) as store, store.transaction():
+        for table in StatsTables.TABLES:
+            store.delete_rows(table, run_id=run)
+            columns = dict(getattr(tables, table))
+            rows[table] = store.insert(table, columns) if columns else 0
+        store.query(  # a run whose units were all done is done once it has its statistics
+            "UPDATE runs SET status = 'done' WHERE run_id = $run AND status = 'unscored'", {"run": run}
+        )
     return StatsResult(run, rows)

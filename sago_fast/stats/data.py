@@ -72,7 +72,15 @@ class RunData:
 
 
 def latest_run(store: Store) -> str:
+    """The newest finished run; else the newest run still being written (its statistics then cover the
+    chunks committed so far, and its own end computes them again over everything)."""
     run = latest_finished_run(store)
+    if run is None:
+        _, rows = store.query(
+            "SELECT run_id FROM runs WHERE status = 'running' AND run_id IN (SELECT run_id FROM item_scores) "
+            "ORDER BY created_at DESC, run_id DESC LIMIT 1"
+        )
+        run = rows[0][0] if rows else None
     if run is None:
         raise InputError(f"{store.path}: no finished run to analyse (run `sago run` first)")
     return run

@@ -477,4 +477,35 @@ MIGRATIONS: tuple[Migration, ...] = (
         ALTER TABLE outputs ADD COLUMN prompt_tokens_cut INTEGER;
         """,
     ),
+    Migration(
+        15,
+        "many processes on one results file: the processes writing runs (heartbeats), and each planned "
+        "unit's claim (which process works on it, done, failed)",
+        """
+        CREATE TABLE workers (
+            worker_id VARCHAR NOT NULL,
+            run_id VARCHAR NOT NULL,
+            host VARCHAR,
+            pid INTEGER,
+            command VARCHAR,
+            started_at TIMESTAMP,
+            heartbeat_at TIMESTAMP,
+            state VARCHAR
+        );
+        CREATE TABLE run_units (
+            run_id VARCHAR NOT NULL,
+            unit_id VARCHAR NOT NULL,
+            position INTEGER,
+            checkpoint VARCHAR,
+            dataset VARCHAR,
+            n_examples INTEGER,
+            n_chunks INTEGER,
+            state VARCHAR,
+            worker_id VARCHAR,
+            claimed_at TIMESTAMP,
+            takeovers INTEGER,
+            error VARCHAR
+        );
+        """,
+    ),
 )

@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from sago_fast.errors import StoreError
+from sago_fast.store.liveness import dead_reason, process_alive
+from sago_fast.store.locking import connect_waiting
 from sago_fast.store.migrations import MIGRATIONS
 
 log = logging.getLogger(__name__)
@@ -19,35 +21,14 @@ SCHEMA_VERSION = MIGRATIONS[-1].version
 MEMORY = ":memory:"
 
 
-def _connect(path: str, read_only: bool) -> Any:
-    import duckdb
+def _connect(path: str, read_only: bool, wait: float | None) -> Any:
+    if path == MEMORY:
+        import duckdb
 
-    if path != MEMORY and read_only and not Path(path).is_file():
+        return duckdb.connect(path)
+    if read_only and not Path(path).is_file():
         raise StoreError(f"{path}: no such database file")
-    try:
-        return duckdb.connect(path, read_only=read_only)
-    except duckdb.IOException as exc:
-        text = str(exc)
-        if "lock" in text.lower():
-            raise StoreError(
-                f"{path}: database is locked by another process ({text.splitlines()[0]})"
-            ) from None
-        raise StoreError(f"{path}: cannot open database ({text.splitlines()[0]})") from None
-    except duckdb.Error as exc:
-        raise StoreError(f"{path}: not a DuckDB database ({str(exc).splitlines()[0]})") from None
-
-
-def process_alive(pid: int) -> bool:
-    """Whether a process ``pid`` exists on this machine (one of another user counts)."""
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return connect_waiting(path, read_only, wait)
 
 
 def _arrow_column(values: Any) -> Any:
@@ -80,10 +61,19 @@ class Store:
     but no ``schema_version``) is refused untouched; so is one without any sago schema at all unless
     ``create`` (``sago run`` and ``sago merge`` create results files; ``stats`` and ``report`` only read
     and add to them).
+
+    A file another process holds is waited for, up to ``wait`` seconds (None: ``$SAGO_DB_WAIT``, else 30 s
+    reading and 600 s writing), saying for whom (:mod:`sago_fast.store.locking`). Hold a Store only for as
+    long as a step takes: every other process waits while it is open.
     """
 
     def __init__(
-        self, path: str | os.PathLike[str] = MEMORY, *, read_only: bool = False, create: bool = True
+        self,
+        path: str | os.PathLike[str] = MEMORY,
+        *,
+        read_only: bool = False,
+        create: bool = True,
+        wait: float | None = None,
     ) -> None:
         self.path = str(path)
         self.read_only = read_only
@@ -91,7 +81,7 @@ class Store:
             if not create and not Path(self.path).is_file():
                 raise StoreError(f"{self.path}: no such database file")
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-        self.con = _connect(self.path, read_only)
+        self.con = _connect(self.path, read_only, wait)
         version = self.schema_version()
         if version == 0 and self.path != MEMORY:
             self._refuse_foreign(create)
@@ -348,18 +338,32 @@ class Store:
             {"host": socket.gethostname(), "pid": os.getpid(), "run": run_id},
         )
 
-    def mark_dead_runs(self) -> list[str]:
-        """Runs recorded as ``running`` by a process of this host that no longer exists (killed, or the
-        machine restarted) become ``interrupted``; returns their ids. Runs of other hosts are left alone."""
+    def mark_dead_runs(self, stale_after_s: float | None = None) -> list[str]:
+        """Runs recorded as ``running`` none of whose writing processes is alive (killed, or the machine
+        restarted; :mod:`sago_fast.store.liveness`) become ``interrupted``; returns their ids. A run from
+        before ``workers`` were recorded is judged by its host and pid (other hosts' are left alone)."""
         import socket
 
-        _, rows = self.query(
-            "SELECT run_id, pid FROM runs WHERE status = 'running' AND host = $host AND pid IS NOT NULL",
-            {"host": socket.gethostname()},
+        from sago_fast import defaults
+
+        stale = defaults.STALE_AFTER_S if stale_after_s is None else stale_after_s
+        _, runs = self.query("SELECT run_id, host, pid FROM runs WHERE status = 'running'")
+        _, workers = self.query(
+            "SELECT run_id, worker_id, host, pid, state, heartbeat_at FROM workers "
+            "WHERE run_id IN (SELECT run_id FROM runs WHERE status = 'running')"
         )
-        dead = [run_id for run_id, pid in rows if not process_alive(int(pid))]
-        for run_id in dead:
-            self.set_run_status(run_id, "interrupted")
+        by_run: dict[str, list[tuple]] = {}
+        for run_id, *worker in workers:
+            by_run.setdefault(run_id, []).append(tuple(worker))
+        dead = []
+        for run_id, host, pid in runs:
+            if run_id in by_run:
+                alive = any(not dead_reason(*w, stale) for w in by_run[run_id])
+            else:
+                alive = host != socket.gethostname() or pid is None or process_alive(int(pid))
+            if not alive:
+                dead.append(run_id)
+                self.set_run_status(run_id, "interrupted")
         return dead
 
     def close(self) -> None:

@@ -218,8 +218,10 @@ def test_query_is_read_only(tmp_path):
     assert "read-only" in proc.stderr.lower() or "read only" in proc.stderr.lower()
 
 
-def test_locked_database_is_a_clear_error(locked_db):
-    _assert_one_line_error(sago("query", "--db", str(locked_db), "SELECT 1"), "locked")
+def test_held_database_is_waited_for_then_a_clear_error(locked_db):
+    proc = sago("query", "--db", str(locked_db), "SELECT 1", env={"SAGO_DB_WAIT": "2"})
+    _assert_one_line_error(proc, "still held by PID")
+    assert "waiting for" in proc.stderr and str(locked_db) in proc.stderr  # said while it waited
 
 
 @pytest.mark.parametrize("fmt", ["xml"])

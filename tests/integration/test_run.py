@@ -145,8 +145,9 @@ def test_bad_inputs(tmp_path, checkpoints, cache_dir):
     assert not db.exists()  # nothing was written for bad input
 
 
-def test_locked_database(locked_db, checkpoints):
-    with pytest.raises(StoreError, match="locked"):
+def test_locked_database(locked_db, checkpoints, monkeypatch):
+    monkeypatch.setenv("SAGO_DB_WAIT", "1")
+    with pytest.raises(StoreError, match="still held by PID"):
         run(
             RunConfig(models=(str(checkpoints["llama"]),), datasets=("comparison",), db=locked_db, limit=2),
             progress=False,

@@ -1,0 +1,77 @@
+"""Show the runs of a results file and what is running on it: the processes writing (host, pid, last
+heartbeat), each unit's state (claimed, chunks and examples committed, done, stopped and why, failed) and
+the time left. Works while runs write the file."""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated
+
+import typer
+
+from sago_fast.cli.options import DbOpt
+
+
+def status_command(
+    db: DbOpt,
+    run_id: Annotated[str | None, typer.Option("--run", help="Only this run (default: every run).")] = None,
+    all_units: Annotated[
+        bool, typer.Option("--all", help="List every unit (default: those not done, and 20 at most).")
+    ] = False,
+) -> None:
+    from sago_fast.errors import InputError
+    from sago_fast.store.status import run_status
+
+    runs = run_status(db, run_id)
+    if not runs:
+        raise InputError(f"{db}: no run {run_id!r}" if run_id else f"{db}: no runs yet")
+    for i, run in enumerate(runs):
+        if i:
+            typer.echo("")
+        typer.echo("\n".join(describe_run(run, all_units)))
+
+
+def describe_run(run, all_units: bool = False) -> list[str]:  # type: ignore[no-untyped-def]
+    """The lines ``sago status`` prints for one :class:`~sago_fast.store.status.RunStatus`."""
+    from sago_fast.cli.query import render_table
+
+    when = f" since {run.created_at:%Y-%m-%d %H:%M:%S} UTC" if run.created_at else ""
+    lines = [f"run {run.run_id}: {run.status}{when}"]
+    for w in run.workers:
+        beat = "" if math.isnan(w.heartbeat_s_ago) else f", last heartbeat {w.heartbeat_s_ago:.0f} s ago"
+        how = "working" if w.alive else f"{w.state}" if w.state != "working" else f"dead ({w.dead_because})"
+        lines.append(f"  process PID {w.pid} on {w.host}: {how}{beat}: {w.command[:100]}")
+    counts = ", ".join(
+        f"{run.count(s)} {s}" for s in ("done", "stopped", "claimed", "waiting", "failed") if run.count(s)
+    )
+    lines.append(f"  units: {len(run.units)} ({counts or 'none planned'})")
+    eta = "" if run.eta_s is None else f"; about {_duration(run.eta_s)} left"
+    lines.append(f"  examples: {run.examples_done} of at most {run.examples_planned} done{eta}")
+    shown = [u for u in run.units if all_units or u.state not in ("done", "stopped")]
+    if not all_units:
+        shown = shown[:20]
+    if shown:
+        columns = ["#", "checkpoint", "dataset", "state", "by", "chunks", "examples", "note"]
+        rows = [
+            (
+                u.position + 1,
+                u.checkpoint,
+                u.dataset,
+                u.state,
+                u.by,
+                u.chunks,
+                f"{u.examples_done}/{u.examples_planned}",
+                u.error or u.stop_reason or (f"taken over {u.takeovers}x" if u.takeovers else ""),
+            )
+            for u in shown
+        ]
+        lines += ["  " + line for line in render_table(columns, rows).splitlines()]
+    return lines
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
