@@ -99,15 +99,17 @@ def write_report(
 ) -> Path:
     """Write the report of ``run_id`` (default: the latest finished run) to ``out`` (temp file + rename).
 
+    A file whose only run is still being written reports that run as far as its committed chunks go.
     Statistics are computed first when the run has none yet; a database without runs gives an
     empty-but-valid report. Older results files are migrated when opened."""
     from sago_fast.stats import run_stats
     from sago_fast.stats.data import check_run, latest_finished_run
+    from sago_fast.store.reads import latest_running_run
 
     with Store(db, create=False) as store:
         if run_id is not None:
             check_run(store, run_id)
-        run = run_id or latest_finished_run(store)
+        run = run_id or latest_finished_run(store) or latest_running_run(store)  # a first run, as far as it got
         needs_stats = run is not None and not store.has_stats(run)
     if needs_stats:
         log.info("run %s has no statistics yet: computing them", run)

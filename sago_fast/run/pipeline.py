@@ -128,7 +128,7 @@ def run(
         ) from None
     finally:
         writer.close(interrupted)
-    left, others = sink.left_to_others(plan.run_id) if shard is None else (0, 0)
+    left, others = writer.left
     if shard is None and config.stats and not writer.failed:
         if left and others:
             log.warning(
@@ -248,6 +248,7 @@ class _Writer:
         self.results: list[UnitResult] = []
         self.failed: list[tuple[str, str]] = []
         self.provider = ""
+        self.left = (0, 0)  # after close: (units of the run not done, other processes working on it)
 
     def consume(self, outcomes: Iterator[ChunkOutcome | UnitOutcome], resume: dict[str, ChunksDone]) -> None:
         examples_done: dict[str, int] = {}
@@ -281,7 +282,6 @@ class _Writer:
         else:
             unit = self.by_id[outcome.unit_id]
             self.results.append(_finish(self.sink, self.plan.run_id, unit, data, outcome, where))
-            self.sink.release(self.plan.run_id, outcome.unit_id, "done")
             self.provider = outcome.end.model.provider or self.provider
             log.info("unit %s done in %.1fs", where, outcome.seconds)
         self.shown.unit_finished(where, outcome.error, outcome.seconds, outcome.unit_id)
@@ -293,7 +293,7 @@ class _Writer:
         complete = not self.failed and len(self.results) == len(self.by_id)  # the file may say more
         status = "interrupted" if interrupted else "unscored" if complete else "failed"
         try:
-            self.sink.finish(self.plan.run_id, status, self.provider)
+            self.left = self.sink.finish(self.plan.run_id, status, self.provider)
         except Exception as exc:  # e.g. the disk is still full: the error already on its way says so
             log.warning("could not record the status of run %s: %s", self.plan.run_id, exc)
         finally:

@@ -55,8 +55,8 @@ class Sink(Protocol):
     def write(self, run_id: str, unit_id: str, rows: TableRows) -> bool:
         """Finish one unit: its last rows and done mark (all or nothing); False when already done."""
 
-    def finish(self, run_id: str, status: str, provider: str) -> None:
-        """Record how the run ended."""
+    def finish(self, run_id: str, status: str, provider: str) -> tuple[int, int]:
+        """Record how the run ended; returns (units of the run not done, other live processes on it)."""
 
     def claim(self, run_id: str, unit_id: str) -> Claim:
         """Claim a unit for this process before it is evaluated."""
@@ -66,9 +66,6 @@ class Sink(Protocol):
 
     def held_elsewhere(self, run_id: str, unit_ids: Sequence[str]) -> bool:
         """Whether another live process holds any of these units."""
-
-    def left_to_others(self, run_id: str) -> tuple[int, int]:
-        """(units of the run not done, other live processes working on it)."""
 
     def close(self) -> None: ...
 
@@ -129,11 +126,6 @@ class DuckDBSink:
         with self.file.step() as store:
             return self.claims.held_elsewhere(store, unit_ids)
 
-    def left_to_others(self, run_id: str) -> tuple[int, int]:
-        """(planned units not done, live processes other than this one working on the run)."""
-        with self.file.step() as store:
-            return self._left(store, run_id)
-
     def _left(self, store: Store, run_id: str) -> tuple[int, int]:
         _, rows = store.query(
             """SELECT count(*) FROM run_units r WHERE r.run_id = $run AND NOT EXISTS
@@ -143,10 +135,10 @@ class DuckDBSink:
         others = set(self.claims.live_workers(store)) - {self.claims.worker.worker_id}
         return int(rows[0][0]), len(others)
 
-    def finish(self, run_id: str, status: str, provider: str) -> None:
+    def finish(self, run_id: str, status: str, provider: str) -> tuple[int, int]:
         """This worker ends (its unfinished claims go back to waiting); the run is ``status``, unless
         every planned unit is done (``unscored``: its statistics are to come) or other processes still
-        work on it (``running``)."""
+        work on it (``running``). Returns (units not done, other live processes)."""
         self.claims.stop()
         with self.file.step() as store, store.transaction():
             self.claims.finish(store, "interrupted" if status == "interrupted" else "finished")
@@ -156,9 +148,11 @@ class DuckDBSink:
             elif others:
                 status = "running"
             store.set_run_status(run_id, status, provider)
+        return left, others
 
     def close(self) -> None:
         self.claims.stop()
+        self.file.close()
 
 
 def write_chunk(store: Store, run_id: str, unit_id: str, chunk: int, rows: TableRows) -> bool:
@@ -186,8 +180,8 @@ class ParquetShardSink:
     def finished(self, run_id: str, unit_ids: Sequence[str]) -> set[str]:
         return {u for u in unit_ids if self.done(run_id, u)}
 
-    def finish(self, run_id: str, status: str, provider: str) -> None:
-        return None  # each unit folder carries the run row; `sago merge` sets the status
+    def finish(self, run_id: str, status: str, provider: str) -> tuple[int, int]:
+        return 0, 0  # each unit folder carries the run row; `sago merge` sets the status
 
     def claim(self, run_id: str, unit_id: str) -> Claim:
         return Claim("mine")  # a shard folder has one writer: its shard's units are its own
@@ -198,8 +192,6 @@ class ParquetShardSink:
     def held_elsewhere(self, run_id: str, unit_ids: Sequence[str]) -> bool:
         return False
 
-    def left_to_others(self, run_id: str) -> tuple[int, int]:
-        return 0, 0
 
     def close(self) -> None:
         return None

@@ -16,7 +16,7 @@ from sago_fast.axes.catalogue import metric as catalogue_metric
 from sago_fast.errors import InputError
 from sago_fast.kernels import pairwise
 from sago_fast.store import Store
-from sago_fast.store.reads import RunReads, latest_finished_run
+from sago_fast.store.reads import RunReads, latest_finished_run, latest_running_run
 
 # The score of each axis used where one number per axis is needed (rankings, correlations): the first
 # metric present for the dataset. All are "higher = less stable".
@@ -74,13 +74,7 @@ class RunData:
 def latest_run(store: Store) -> str:
     """The newest finished run; else the newest run still being written (its statistics then cover the
     chunks committed so far, and its own end computes them again over everything)."""
-    run = latest_finished_run(store)
-    if run is None:
-        _, rows = store.query(
-            "SELECT run_id FROM runs WHERE status = 'running' AND run_id IN (SELECT run_id FROM item_scores) "
-            "ORDER BY created_at DESC, run_id DESC LIMIT 1"
-        )
-        run = rows[0][0] if rows else None
+    run = latest_finished_run(store) or latest_running_run(store)
     if run is None:
         raise InputError(f"{store.path}: no finished run to analyse (run `sago run` first)")
     return run

@@ -2,9 +2,9 @@
 
 DuckDB lets one process open a file read-write, or any number read-only, never both; a second opener gets
 an immediate ``IO Error: Could not set lock on file ...: Conflicting lock is held in PROGRAM (PID n)``. sago
-processes hold a results file only for as long as one step takes (a writer: one chunk's commit; a reader:
-its query), so an opener that finds the file held tries again until it is free, for at most ``wait``
-seconds. After ``SAY_AFTER_S`` of waiting it logs (a warning, shown by default) the file and the process
+processes hold a results file only for as long as one step takes (a reader: its query; a writer: until
+another process asks for the file, :mod:`sago_fast.store.shared`), so an opener that finds the file held
+asks for it and tries again until it is free, for at most ``wait`` seconds. After ``SAY_AFTER_S`` of waiting it logs (a warning, shown by default) the file and the process
 holding it; when the bound is reached it is one line, :class:`~sago_fast.errors.StoreError`.
 
 DuckDB's locks are ``fcntl`` locks: the system drops them when their process dies, so a killed process
@@ -29,7 +29,8 @@ log = logging.getLogger(__name__)
 
 SAY_AFTER_S = 1.0  # waits shorter than this are silent (a writer's commit takes ~50 ms)
 SAY_EVERY_S = 15.0  # then a line this often
-POLL_S = (0.005, 0.2)  # first and longest pause between tries (doubling)
+POLL_S = (0.005, 0.1)  # first and longest pause between tries (doubling)
+REQUEST_FRESH_S = 1.0  # a request for a held file counts for this long after it was made
 HOLDER = re.compile(r"held in (?P<program>.*?) \(PID (?P<pid>\d+)\)")
 
 
@@ -70,6 +71,29 @@ def _command_line(pid: int, most: int = 80) -> str:
     return text if len(text) <= most else text[: most - 3] + "..."
 
 
+def request_file(path: str) -> Path:
+    """The file whose modification time asks the process holding ``path`` to let it go."""
+    return Path(f"{path}.wanted")
+
+
+def request_release(path: str) -> None:
+    """Ask the holder of ``path`` to let it go (:mod:`sago_fast.store.shared`); a folder this process
+    cannot write only means the holder lets go when idle instead."""
+    try:
+        request_file(path).touch()
+    except OSError:
+        pass
+
+
+def release_requested(path: str) -> bool:
+    """Whether another process asked for ``path`` within the last ``REQUEST_FRESH_S``."""
+    try:
+        asked = request_file(path).stat().st_mtime
+    except OSError:
+        return False
+    return time.time() - asked < REQUEST_FRESH_S
+
+
 def default_wait(read_only: bool) -> float:
     """Seconds an opener waits for a held file: ``$SAGO_DB_WAIT`` if set, else the reader's or the
     writer's default (:data:`~sago_fast.defaults.DB_READ_WAIT_S`, :data:`~sago_fast.defaults.DB_WRITE_WAIT_S`)."""
@@ -100,6 +124,7 @@ def connect_waiting(path: str, read_only: bool, wait: float | None = None) -> An
             text = str(exc).splitlines()[0]
             if "lock" not in text.lower():
                 raise StoreError(f"{path}: cannot open database ({text})") from None
+            request_release(path)
             waited = time.monotonic() - start
             holder = Holder.from_error(text)
             if waited >= bound:

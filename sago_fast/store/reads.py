@@ -366,6 +366,18 @@ class RunReads:
     separations = _table_read(_SEPARATIONS, "Each --until-separated comparison and metric, with its verdict.")
 
 
+_LATEST_RUNNING_RUN = (
+    "SELECT run_id FROM runs WHERE status = 'running' AND run_id IN (SELECT run_id FROM item_scores) "
+    "ORDER BY created_at DESC, run_id DESC LIMIT 1"
+)
+
+
+def latest_running_run(store: Store) -> str | None:
+    """The newest run still being written that has committed scores, or None."""
+    _, rows = store.query(_LATEST_RUNNING_RUN)
+    return str(rows[0][0]) if rows else None
+
+
 def latest_finished_run(store: Store) -> str | None:
     """The newest run whose units are all done (``done`` or ``unscored``), or None."""
     _, rows = store.query(_LATEST_DONE_RUN)

@@ -305,6 +305,10 @@ class Store:
                 "UPDATE unit_chunks SET state = NULL WHERE run_id = $run AND unit_id = $unit",
                 {"run": run_id, "unit": unit_id},
             )
+            self.query(  # its claim (a run on a shared file) ends with it
+                "UPDATE run_units SET state = 'done' WHERE run_id = $run AND unit_id = $unit",
+                {"run": run_id, "unit": unit_id},
+            )
         return True
 
     def has_stats(self, run_id: str) -> bool:

@@ -1,0 +1,141 @@
+"""What sharing the results file costs a run, and what a second process on it gains.
+
+On the demo zoo (3 checkpoints x capitals and comparison, --limit N, chunks of --chunk-memory-mb so that
+every unit commits many chunks), whole `sago run` processes, medians of --rounds, alternating:
+
+- before: the commit given by --before (the run holds the file from start to end), against
+- after : this checkout (the file opened for each commit, claim and heartbeat, then closed), with a reader
+          reading the file every 0.2 s while it runs (its waits for the file measured);
+- two   : two `sago run` processes of this checkout started a second apart on the same model list and file.
+
+It also times one step on the finished file (open read-write, one small update, close), the cost every
+commit pays on top of its rows.
+
+    python benchmarks/bench_shared_file.py --rounds 3 --limit 120
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+BEFORE = "90fb06b"  # the last commit before issue 37: one connection held for the whole run
+
+
+def sago(args: list[str], db: Path, code: Path | None) -> subprocess.Popen:
+    env = dict(os.environ)
+    if code is not None:  # run another checkout's sago_fast with this environment's packages
+        env["PYTHONPATH"] = str(code)
+    command = [sys.executable, "-m", "sago_fast.cli.app", "run", *args, "--db", str(db)]
+    return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+
+
+def timed(procs: list[subprocess.Popen]) -> float:
+    start = time.monotonic()
+    for p in procs:
+        _, err = p.communicate()
+        if p.returncode:
+            raise SystemExit(f"sago run failed: {err[-2000:]}")
+    return time.monotonic() - start
+
+
+def reader(db: Path, waits: list[float], stop: threading.Event) -> None:
+    """Open the file read-only every 0.2 s and count its committed chunks, timing each open."""
+    from sago_fast.errors import StoreError
+    from sago_fast.store import Store
+
+    while not stop.wait(0.2):
+        if not db.exists():
+            continue
+        start = time.monotonic()
+        try:
+            with Store(db, read_only=True) as store:
+                waits.append(time.monotonic() - start)
+                store.query("SELECT count(*) FROM unit_chunks")
+        except StoreError:
+            continue  # the file is being created
+
+
+def step_ms(db: Path, n: int = 20) -> tuple[float, float]:
+    """Median ms of (open read-write, one small update in a transaction, close) on ``db``: (all, open)."""
+    from sago_fast.store.shared import SharedFile
+
+    shared, total, opening = SharedFile(db), [], []
+    for _ in range(n):
+        start = time.perf_counter()
+        with shared.step() as store:
+            opened = time.perf_counter()
+            with store.transaction():
+                store.query("UPDATE runs SET status = status")
+        total.append(time.perf_counter() - start)
+        opening.append(opened - start)
+    return statistics.median(total) * 1e3, statistics.median(opening) * 1e3
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--limit", type=int, default=120)
+    parser.add_argument("--chunk-memory-mb", type=float, default=2.0)
+    parser.add_argument("--before", default=BEFORE)
+    parser.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "sago-bench-shared")
+    args = parser.parse_args()
+    work = args.workdir
+    work.mkdir(parents=True, exist_ok=True)
+    zoo, old = work / "zoo", work / f"before-{args.before}"
+    if not zoo.exists():
+        subprocess.run([sys.executable, "-m", "sago_fast.cli.app", "zoo", "--out", str(zoo)], check=True, capture_output=True)
+    if not old.exists():
+        subprocess.run(["git", "worktree", "add", "--detach", str(old), args.before], check=True, capture_output=True)
+    models = [a for m in sorted(zoo.glob("step-*")) for a in ("-m", str(m))]
+    run_args = [*models, "-d", "capitals", "-d", "comparison", "--limit", str(args.limit), "-k", "1"]
+    run_args += ["--chunk-memory-mb", str(args.chunk_memory_mb), "--cache-dir", str(work / "exports")]
+
+    def fresh(name: str) -> Path:
+        db = work / f"{name}-{time.time_ns()}.duckdb"
+        return db
+
+    timed([sago(run_args, fresh("warm"), None)])  # exports and Numba's cache, once
+    before_s, after_s, two_s, waits = [], [], [], []
+    for _ in range(args.rounds):
+        before_s.append(timed([sago(run_args, fresh("before"), old)]))
+        db = fresh("after")
+        stop = threading.Event()
+        watcher = threading.Thread(target=reader, args=(db, waits, stop), daemon=True)
+        watcher.start()
+        after_s.append(timed([sago(run_args, db, None)]))
+        stop.set()
+        watcher.join()
+        shared = fresh("two")
+        first = sago(run_args, shared, None)
+        time.sleep(1.0)
+        two_s.append(timed([first, sago(run_args, shared, None)]) + 1.0)
+    from sago_fast.store import Store
+
+    with Store(db, read_only=True) as store:
+        _, rows = store.query("SELECT count(*) FROM unit_chunks")
+    chunks = rows[0][0]
+    total_ms, open_ms = step_ms(db)
+    b, a, t = statistics.median(before_s), statistics.median(after_s), statistics.median(two_s)
+    waits.sort()
+    print(f"demo zoo, 3 checkpoints x 2 datasets, --limit {args.limit}: {chunks} chunks; {os.cpu_count()} cores; "
+          f"medians of {args.rounds}")
+    print(f"  before ({args.before}, one connection for the whole run): {b:6.1f} s")
+    print(f"  after (the file opened per step), a reader every 0.2 s:   {a:6.1f} s  ({a / b - 1:+.1%})")
+    print(f"  two processes, a second apart, one file:                  {t:6.1f} s  ({t / a:.2f}x one process)")
+    print(f"  one step on the finished file (open, small update, close): {total_ms:.0f} ms ({open_ms:.0f} ms to open)")
+    if waits:
+        p95 = waits[int(0.95 * (len(waits) - 1))]
+        print(f"  the reader's waits for the file: median {statistics.median(waits) * 1e3:.0f} ms, "
+              f"95th percentile {p95 * 1e3:.0f} ms, longest {waits[-1] * 1e3:.0f} ms ({len(waits)} reads)")
+
+
+if __name__ == "__main__":
+    main()
