@@ -4,8 +4,8 @@ On the demo zoo (3 checkpoints x capitals and comparison, --limit N, chunks of -
 every unit commits many chunks), whole `sago run` processes, medians of --rounds, alternating:
 
 - before: the commit given by --before (the run holds the file from start to end), against
-- after : this checkout (the file opened for each commit, claim and heartbeat, then closed), with a reader
-          reading the file every 0.2 s while it runs (its waits for the file measured);
+- after : this checkout (the file held between steps and let go when another process asks), alone, and
+          with a reader opening the file every --read-every s while it runs (its waits measured);
 - two   : two `sago run` processes of this checkout started a second apart on the same model list and file.
 
 It also times one step on the finished file (open read-write, one small update, close), the cost every
@@ -46,12 +46,12 @@ def timed(procs: list[subprocess.Popen]) -> float:
     return time.monotonic() - start
 
 
-def reader(db: Path, waits: list[float], stop: threading.Event) -> None:
-    """Open the file read-only every 0.2 s and count its committed chunks, timing each open."""
+def reader(db: Path, waits: list[float], stop: threading.Event, every: float) -> None:
+    """Open the file read-only every ``every`` s and count its committed chunks, timing each open."""
     from sago_fast.errors import StoreError
     from sago_fast.store import Store
 
-    while not stop.wait(0.2):
+    while not stop.wait(every):
         if not db.exists():
             continue
         start = time.monotonic()
@@ -63,20 +63,22 @@ def reader(db: Path, waits: list[float], stop: threading.Event) -> None:
             continue  # the file is being created
 
 
-def step_ms(db: Path, n: int = 20) -> tuple[float, float]:
-    """Median ms of (open read-write, one small update in a transaction, close) on ``db``: (all, open)."""
-    from sago_fast.store.shared import SharedFile
+def step_ms(db: Path, n: int = 20) -> tuple[float, float, float]:
+    """Median ms of opening ``db`` read-write, one small update in a transaction, and closing it (which
+    checkpoints): what letting the file go and taking it back costs a writer."""
+    from sago_fast.store import Store
 
-    shared, total, opening = SharedFile(db), [], []
+    parts = []
     for _ in range(n):
         start = time.perf_counter()
-        with shared.step() as store:
-            opened = time.perf_counter()
-            with store.transaction():
-                store.query("UPDATE runs SET status = status")
-        total.append(time.perf_counter() - start)
-        opening.append(opened - start)
-    return statistics.median(total) * 1e3, statistics.median(opening) * 1e3
+        store = Store(db)
+        opened = time.perf_counter()
+        with store.transaction():
+            store.query("UPDATE runs SET status = status")
+        written = time.perf_counter()
+        store.close()
+        parts.append((opened - start, written - opened, time.perf_counter() - written))
+    return tuple(statistics.median(p) * 1e3 for p in zip(*parts))  # type: ignore[return-value]
 
 
 def main() -> None:
@@ -84,6 +86,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--limit", type=int, default=120)
     parser.add_argument("--chunk-memory-mb", type=float, default=2.0)
+    parser.add_argument("--read-every", type=float, default=0.2, help="seconds between the reader's opens")
     parser.add_argument("--before", default=BEFORE)
     parser.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "sago-bench-shared")
     args = parser.parse_args()
@@ -103,14 +106,15 @@ def main() -> None:
         return db
 
     timed([sago(run_args, fresh("warm"), None)])  # exports and Numba's cache, once
-    before_s, after_s, two_s, waits = [], [], [], []
+    before_s, after_s, read_s, two_s, waits = [], [], [], [], []
     for _ in range(args.rounds):
         before_s.append(timed([sago(run_args, fresh("before"), old)]))
-        db = fresh("after")
+        after_s.append(timed([sago(run_args, fresh("after"), None)]))
+        db = fresh("read")
         stop = threading.Event()
-        watcher = threading.Thread(target=reader, args=(db, waits, stop), daemon=True)
+        watcher = threading.Thread(target=reader, args=(db, waits, stop, args.read_every), daemon=True)
         watcher.start()
-        after_s.append(timed([sago(run_args, db, None)]))
+        read_s.append(timed([sago(run_args, db, None)]))
         stop.set()
         watcher.join()
         shared = fresh("two")
@@ -122,15 +126,18 @@ def main() -> None:
     with Store(db, read_only=True) as store:
         _, rows = store.query("SELECT count(*) FROM unit_chunks")
     chunks = rows[0][0]
-    total_ms, open_ms = step_ms(db)
+    open_ms, commit_ms, close_ms = step_ms(db)
     b, a, t = statistics.median(before_s), statistics.median(after_s), statistics.median(two_s)
+    r = statistics.median(read_s)
     waits.sort()
     print(f"demo zoo, 3 checkpoints x 2 datasets, --limit {args.limit}: {chunks} chunks; {os.cpu_count()} cores; "
           f"medians of {args.rounds}")
     print(f"  before ({args.before}, one connection for the whole run): {b:6.1f} s")
-    print(f"  after (the file opened per step), a reader every 0.2 s:   {a:6.1f} s  ({a / b - 1:+.1%})")
+    print(f"  after (the file let go when asked), no reader:            {a:6.1f} s  ({a / b - 1:+.1%})")
+    print(f"  after, a reader asking every {args.read_every:g} s:                  {r:6.1f} s  ({r / b - 1:+.1%})")
     print(f"  two processes, a second apart, one file:                  {t:6.1f} s  ({t / a:.2f}x one process)")
-    print(f"  one step on the finished file (open, small update, close): {total_ms:.0f} ms ({open_ms:.0f} ms to open)")
+    print(f"  letting the file go and taking it back (on the finished file): open {open_ms:.0f} ms, "
+          f"close {close_ms:.0f} ms (a small commit: {commit_ms:.0f} ms)")
     if waits:
         p95 = waits[int(0.95 * (len(waits) - 1))]
         print(f"  the reader's waits for the file: median {statistics.median(waits) * 1e3:.0f} ms, "
