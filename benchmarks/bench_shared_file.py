@@ -78,11 +78,13 @@ def step_ms(db: Path, n: int = 20) -> tuple[float, float, float]:
         written = time.perf_counter()
         store.close()
         parts.append((opened - start, written - opened, time.perf_counter() - written))
-    return tuple(statistics.median(p) * 1e3 for p in zip(*parts))  # type: ignore[return-value]
+    return tuple(statistics.median(p) * 1e3 for p in zip(*parts, strict=True))  # type: ignore[return-value]
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--limit", type=int, default=120)
     parser.add_argument("--chunk-memory-mb", type=float, default=2.0)
@@ -94,9 +96,15 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     zoo, old = work / "zoo", work / f"before-{args.before}"
     if not zoo.exists():
-        subprocess.run([sys.executable, "-m", "sago_fast.cli.app", "zoo", "--out", str(zoo)], check=True, capture_output=True)
+        subprocess.run(
+            [sys.executable, "-m", "sago_fast.cli.app", "zoo", "--out", str(zoo)],
+            check=True,
+            capture_output=True,
+        )
     if not old.exists():
-        subprocess.run(["git", "worktree", "add", "--detach", str(old), args.before], check=True, capture_output=True)
+        subprocess.run(
+            ["git", "worktree", "add", "--detach", str(old), args.before], check=True, capture_output=True
+        )
     models = [a for m in sorted(zoo.glob("step-*")) for a in ("-m", str(m))]
     run_args = [*models, "-d", "capitals", "-d", "comparison", "--limit", str(args.limit), "-k", "1"]
     run_args += ["--chunk-memory-mb", str(args.chunk_memory_mb), "--cache-dir", str(work / "exports")]
@@ -130,18 +138,28 @@ def main() -> None:
     b, a, t = statistics.median(before_s), statistics.median(after_s), statistics.median(two_s)
     r = statistics.median(read_s)
     waits.sort()
-    print(f"demo zoo, 3 checkpoints x 2 datasets, --limit {args.limit}: {chunks} chunks; {os.cpu_count()} cores; "
-          f"medians of {args.rounds}")
+    print(
+        f"demo zoo, 3 checkpoints x 2 datasets, --limit {args.limit}: {chunks} chunks; {os.cpu_count()} cores; "
+        f"medians of {args.rounds}"
+    )
     print(f"  before ({args.before}, one connection for the whole run): {b:6.1f} s")
     print(f"  after (the file let go when asked), no reader:            {a:6.1f} s  ({a / b - 1:+.1%})")
-    print(f"  after, a reader asking every {args.read_every:g} s:                  {r:6.1f} s  ({r / b - 1:+.1%})")
-    print(f"  two processes, a second apart, one file:                  {t:6.1f} s  ({t / a:.2f}x one process)")
-    print(f"  letting the file go and taking it back (on the finished file): open {open_ms:.0f} ms, "
-          f"close {close_ms:.0f} ms (a small commit: {commit_ms:.0f} ms)")
+    print(
+        f"  after, a reader asking every {args.read_every:g} s:                  {r:6.1f} s  ({r / b - 1:+.1%})"
+    )
+    print(
+        f"  two processes, a second apart, one file:                  {t:6.1f} s  ({t / a:.2f}x one process)"
+    )
+    print(
+        f"  letting the file go and taking it back (on the finished file): open {open_ms:.0f} ms, "
+        f"close {close_ms:.0f} ms (a small commit: {commit_ms:.0f} ms)"
+    )
     if waits:
         p95 = waits[int(0.95 * (len(waits) - 1))]
-        print(f"  the reader's waits for the file: median {statistics.median(waits) * 1e3:.0f} ms, "
-              f"95th percentile {p95 * 1e3:.0f} ms, longest {waits[-1] * 1e3:.0f} ms ({len(waits)} reads)")
+        print(
+            f"  the reader's waits for the file: median {statistics.median(waits) * 1e3:.0f} ms, "
+            f"95th percentile {p95 * 1e3:.0f} ms, longest {waits[-1] * 1e3:.0f} ms ({len(waits)} reads)"
+        )
 
 
 if __name__ == "__main__":

@@ -84,7 +84,9 @@ def read_loop(db: Path, run_id: list[str], seen: Seen, stop: threading.Event) ->
                 for table in ("item_scores", "outputs"):
                     _, rows = store.query(CHUNK_EXAMPLES.format(table=table), {"run": run_id[0]})
                     if rows[0][1]:
-                        seen.problems.append(f"read {seen.reads}: {rows[0][1]} examples of {table} differ from the committed chunks")
+                        seen.problems.append(
+                            f"read {seen.reads}: {rows[0][1]} examples of {table} differ from the committed chunks"
+                        )
                 _, counts = store.query(
                     "SELECT (SELECT count(*) FROM unit_chunks WHERE run_id = $run), "
                     "(SELECT count(*) FROM item_scores WHERE run_id = $run)",
@@ -123,7 +125,9 @@ def run_done(db: Path, run_id: list[str]) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--seconds", type=float, default=180.0, help="how long writers are killed at random")
     parser.add_argument("--limit", type=int, default=120, help="examples per dataset")
     parser.add_argument("--writers", type=int, default=3)
@@ -140,10 +144,30 @@ def main(argv: list[str] | None = None) -> int:
     logs.mkdir(exist_ok=True)
     zoo = work / "zoo"
     if not zoo.exists():
-        subprocess.run([sys.executable, "-m", "sago_fast.cli.app", "zoo", "--out", str(zoo)], check=True, capture_output=True)
+        subprocess.run(
+            [sys.executable, "-m", "sago_fast.cli.app", "zoo", "--out", str(zoo)],
+            check=True,
+            capture_output=True,
+        )
     models = [str(p) for p in sorted(zoo.glob("step-*"))]
-    run_args = [a for m in models for a in ("-m", m)] + ["-d", "capitals", "-d", "comparison", "-d", "letters"]
-    run_args += ["--limit", str(args.limit), "-k", "1", "--chunk-memory-mb", "1", "--cache-dir", str(work / "exports")]
+    run_args = [a for m in models for a in ("-m", m)] + [
+        "-d",
+        "capitals",
+        "-d",
+        "comparison",
+        "-d",
+        "letters",
+    ]
+    run_args += [
+        "--limit",
+        str(args.limit),
+        "-k",
+        "1",
+        "--chunk-memory-mb",
+        "1",
+        "--cache-dir",
+        str(work / "exports"),
+    ]
 
     clean = work / "clean.duckdb"
     if not clean.exists():
@@ -222,7 +246,9 @@ def main(argv: list[str] | None = None) -> int:
     for problem in problems:
         print(f"FAIL: {problem}")
     if not problems:
-        print("every unit done once, no duplicate rows, tables equal to the clean run (1e-6), no partial chunk seen")
+        print(
+            "every unit done once, no duplicate rows, tables equal to the clean run (1e-6), no partial chunk seen"
+        )
     return 1 if problems else 0
 
 

@@ -109,7 +109,9 @@ def write_report(
     with Store(db, create=False) as store:
         if run_id is not None:
             check_run(store, run_id)
-        run = run_id or latest_finished_run(store) or latest_running_run(store)  # a first run, as far as it got
+        run = (
+            run_id or latest_finished_run(store) or latest_running_run(store)
+        )  # a first run, as far as it got
         needs_stats = run is not None and not store.has_stats(run)
     if needs_stats:
         log.info("run %s has no statistics yet: computing them", run)

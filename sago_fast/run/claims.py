@@ -45,7 +45,11 @@ class Worker:
     def this_process(cls) -> Worker:
         host, pid = socket.gethostname(), os.getpid()
         start = start_ticks(pid) or str(time.time_ns())
-        command = " ".join(["sago", *sys.argv[1:]]) if sys.argv and sys.argv[0].endswith("sago") else " ".join(sys.argv)
+        command = (
+            " ".join(["sago", *sys.argv[1:]])
+            if sys.argv and sys.argv[0].endswith("sago")
+            else " ".join(sys.argv)
+        )
         return cls(f"{host}:{pid}:{start}", host, pid, command[:500])
 
 
@@ -92,7 +96,11 @@ class Claims:
     """This process's claims on the units of ``run_id`` in ``file``, and its heartbeat."""
 
     def __init__(
-        self, file: SharedFile, run_id: str, worker: Worker | None = None, settings: ClaimSettings = ClaimSettings()
+        self,
+        file: SharedFile,
+        run_id: str,
+        worker: Worker | None = None,
+        settings: ClaimSettings = ClaimSettings(),
     ) -> None:
         self.file, self.run_id, self.settings = file, run_id, settings
         self.worker = worker or Worker.this_process()
@@ -107,7 +115,14 @@ class Claims:
         w = self.worker
         store.query(
             "INSERT INTO workers VALUES ($id, $run, $host, $pid, $command, $now, $now, 'working')",
-            {"id": w.worker_id, "run": self.run_id, "host": w.host, "pid": w.pid, "command": w.command, "now": self.started},
+            {
+                "id": w.worker_id,
+                "run": self.run_id,
+                "host": w.host,
+                "pid": w.pid,
+                "command": w.command,
+                "now": self.started,
+            },
         )
         store.insert(
             "run_units",
@@ -143,7 +158,9 @@ class Claims:
                         "UPDATE workers SET heartbeat_at = $now WHERE worker_id = $id AND run_id = $run",
                         {"now": utc_now(), "id": self.worker.worker_id, "run": self.run_id},
                     )
-            except Exception as exc:  # a missed beat is not an error of the run; a long one shows in `sago status`
+            except (
+                Exception
+            ) as exc:  # a missed beat is not an error of the run; a long one shows in `sago status`
                 log.warning("could not record the heartbeat of PID %d: %s", self.worker.pid, exc)
 
     def stop(self) -> None:
@@ -209,12 +226,25 @@ class Claims:
                 if not why:
                     return Claim("held", f"PID {pid} on {host}")
                 took_over = f"PID {pid} on {host} ({why})"
-            if state == "failed" and claimed_at is not None and claimed_at >= self.started and holder_id != me:
-                return Claim("held", "failed in another process during this run")  # a later invocation retries it
+            if (
+                state == "failed"
+                and claimed_at is not None
+                and claimed_at >= self.started
+                and holder_id != me
+            ):
+                return Claim(
+                    "held", "failed in another process during this run"
+                )  # a later invocation retries it
             store.query(
                 """UPDATE run_units SET state = 'claimed', worker_id = $me, claimed_at = $now, error = NULL,
                           takeovers = takeovers + $took WHERE run_id = $run AND unit_id = $unit""",
-                {"me": me, "now": utc_now(), "took": int(bool(took_over)), "run": self.run_id, "unit": unit_id},
+                {
+                    "me": me,
+                    "now": utc_now(),
+                    "took": int(bool(took_over)),
+                    "run": self.run_id,
+                    "unit": unit_id,
+                },
             )
         return Claim("mine", took_over=took_over)
 

@@ -16,8 +16,8 @@ from sago_fast.axes import DATASET_SCORERS
 from sago_fast.axes.levels import unpack_partials
 from sago_fast.errors import DiskFullError, Interrupted, SagoError
 from sago_fast.run.checkpoint import ChunkOutcome, UnitOutcome
-from sago_fast.run.claims import PlannedUnit
 from sago_fast.run.chunk import finish_unit
+from sago_fast.run.claims import PlannedUnit
 from sago_fast.run.config import RunConfig
 from sago_fast.run.executors import EXECUTORS, Work
 from sago_fast.run.plan import Plan, Unit, parse_shard, plan_run

@@ -192,7 +192,6 @@ class ParquetShardSink:
     def held_elsewhere(self, run_id: str, unit_ids: Sequence[str]) -> bool:
         return False
 
-
     def close(self) -> None:
         return None
 

@@ -73,6 +73,8 @@ def dead_reason(
         if not process_alive(int(pid)):
             return "its process is gone"
         recorded, current = worker_id.rsplit(":", 1)[-1], start_ticks(int(pid))
-        if current and recorded.isdigit() and len(recorded) < 16 and current != recorded:  # ticks, not time_ns
+        if (
+            current and recorded.isdigit() and len(recorded) < 16 and current != recorded
+        ):  # ticks, not time_ns
             return "its pid now belongs to another process"
     return ""

@@ -63,7 +63,9 @@ def _command_line(pid: int, most: int = 80) -> str:
     except OSError:
         return ""
     words = [w.decode(errors="replace") for w in raw.split(b"\0") if w]
-    for at, word in enumerate(words[:3]):  # `python .../bin/sago run ...`, `python -m sago_fast.cli.app run ...`
+    for at, word in enumerate(
+        words[:3]
+    ):  # `python .../bin/sago run ...`, `python -m sago_fast.cli.app run ...`
         if Path(word).name == "sago" or word == "sago_fast.cli.app":
             words = ["sago", *words[at + 1 :]]
             break

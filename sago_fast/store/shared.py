@@ -73,7 +73,9 @@ class SharedFile:
 
     def _watch(self) -> None:
         if self._watcher is None:
-            self._watcher = threading.Thread(target=self._release_when_asked, name="sago-release", daemon=True)
+            self._watcher = threading.Thread(
+                target=self._release_when_asked, name="sago-release", daemon=True
+            )
             self._watcher.start()
 
     def _release_when_asked(self) -> None:

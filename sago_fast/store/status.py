@@ -143,7 +143,9 @@ def _status(run_id, status, created, command, worker_rows, unit_rows, stale_afte
             )
         )
     live = sum(w.alive and w.state == "working" for w in workers)
-    left = sum(max(0, u.examples_planned - u.examples_done) for u in units if u.state in ("claimed", "waiting"))
+    left = sum(
+        max(0, u.examples_planned - u.examples_done) for u in units if u.state in ("claimed", "waiting")
+    )
     eta = None
     if live and rate_examples and rate_seconds > 0:
         eta = left / (rate_examples / rate_seconds) / live

@@ -31,7 +31,9 @@ time.sleep(60)
 
 
 def _hold(db: Path, seconds: float) -> subprocess.Popen:
-    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(db), str(seconds)], stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(db), str(seconds)], stdout=subprocess.PIPE, text=True
+    )
     assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
     return holder
 
@@ -123,14 +125,18 @@ def test_a_writer_holds_its_file_until_another_process_asks(tmp_path, monkeypatc
     assert out.returncode == 0, out.stderr
     count, waited = out.stdout.split()
     assert count == "1"
-    assert float(waited) < 20  # it asked and got in (without the request it would have waited 20 s and failed)
+    assert (
+        float(waited) < 20
+    )  # it asked and got in (without the request it would have waited 20 s and failed)
     with writer.step() as store:  # the writer opens it again for its next step
         assert store.query("SELECT count(*) FROM runs")[1][0][0] == 1
 
 
 def _claims(db: Path, name: str, pid: int, stale_after_s: float = 120.0) -> Claims:
     worker = Worker(f"{os.uname().nodename}:{pid}:{name}", os.uname().nodename, pid, f"sago run ({name})")
-    claims = Claims(SharedFile(db), "run-1", worker, ClaimSettings(heartbeat_s=60, stale_after_s=stale_after_s))
+    claims = Claims(
+        SharedFile(db), "run-1", worker, ClaimSettings(heartbeat_s=60, stale_after_s=stale_after_s)
+    )
     with claims.file.step() as store, store.transaction():
         claims.register(store, UNITS)
     return claims
@@ -152,7 +158,11 @@ def test_units_are_claimed_once_and_dead_claims_are_taken_over(tmp_path):
         held = dead.claim(store, "u0")
         assert held.state == "held" and held.holder == f"PID {os.getpid()} on {os.uname().nodename}"
         taken = mine.claim(store, "u1")
-        assert taken.mine and f"PID {dead.worker.pid}" in taken.took_over and "its process is gone" in taken.took_over
+        assert (
+            taken.mine
+            and f"PID {dead.worker.pid}" in taken.took_over
+            and "its process is gone" in taken.took_over
+        )
         assert mine.held_elsewhere(store, ["u0", "u1"]) is False
         mine.release(store, "u0", "done")
         _, rows = store.query("SELECT unit_id, state, takeovers FROM run_units ORDER BY unit_id")
@@ -179,7 +189,16 @@ def test_a_claim_without_heartbeat_is_taken_over(tmp_path):
 def test_two_processes_on_one_model_list_share_the_run(tmp_path, checkpoints, cache_dir):
     """Started together, each unit is evaluated once (by one of them), `sago status` shows both, and
     the tables equal one process's run."""
-    args = ["-m", str(checkpoints["llama"]), "-m", str(checkpoints["gpt2"]), "-d", "comparison", "--limit", "4"]
+    args = [
+        "-m",
+        str(checkpoints["llama"]),
+        "-m",
+        str(checkpoints["gpt2"]),
+        "-d",
+        "comparison",
+        "--limit",
+        "4",
+    ]
     args += ["-k", "1", "--cache-dir", str(cache_dir)]
 
     def sago_run(db: Path) -> subprocess.Popen:
@@ -202,9 +221,7 @@ def test_two_processes_on_one_model_list_share_the_run(tmp_path, checkpoints, ca
     assert status.status == "done" and status.count("done") == 2
     assert len(status.workers) == 2 and all(w.state == "finished" for w in status.workers)
 
-    query = (
-        "SELECT model_id, example_id, axis, metric, family, value FROM item_scores ORDER BY ALL"
-    )
+    query = "SELECT model_id, example_id, axis, metric, family, value FROM item_scores ORDER BY ALL"
     with Store(tmp_path / "one.duckdb", read_only=True) as a, Store(shared, read_only=True) as b:
         (_, rows_a), (_, rows_b) = a.query(query), b.query(query)
         (_, scores_a), (_, scores_b) = (
@@ -222,9 +239,14 @@ def test_a_read_only_results_file_is_one_line_before_work(tmp_path, checkpoints,
     db = tmp_path / "ro.duckdb"
     Store(db).close()
     real_access = os.access
-    monkeypatch.setattr(os, "access", lambda p, mode, **k: False if Path(p) == db else real_access(p, mode, **k))
+    monkeypatch.setattr(
+        os, "access", lambda p, mode, **k: False if Path(p) == db else real_access(p, mode, **k)
+    )
     with pytest.raises(InputError, match=rf"--db {db}: the file is read-only"):
-        run(RunConfig(models=(str(checkpoints["llama"]),), datasets=("comparison",), db=db, limit=2), progress=False)
+        run(
+            RunConfig(models=(str(checkpoints["llama"]),), datasets=("comparison",), db=db, limit=2),
+            progress=False,
+        )
 
 
 @pytest.mark.slow
