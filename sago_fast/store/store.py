@@ -362,7 +362,7 @@ class Store:
         dead = []
         for run_id, host, pid in runs:
             if run_id in by_run:
-                alive = any(not dead_reason(*w, stale) for w in by_run[run_id])
+                alive = any(not dead_reason(w[0], w[1], w[2], w[3], w[4], stale) for w in by_run[run_id])
             else:
                 alive = host != socket.gethostname() or pid is None or process_alive(int(pid))
             if not alive:
