@@ -37,19 +37,6 @@ def start_ticks(pid: int) -> str:
     return stat.rsplit(")", 1)[1].split()[19]
 
 
-def worker_alive(
-    worker_id: str | None,
-    host: str | None,
-    pid: int | None,
-    state: str | None,
-    heartbeat: datetime | None,
-    stale_after_s: float,
-    now: datetime | None = None,
-) -> bool:
-    """Whether a worker row (``worker_id`` is ``host:pid:start``) belongs to a live process."""
-    return not dead_reason(worker_id, host, pid, state, heartbeat, stale_after_s, now)
-
-
 def dead_reason(
     worker_id: str | None,
     host: str | None,
@@ -59,7 +46,8 @@ def dead_reason(
     stale_after_s: float,
     now: datetime | None = None,
 ) -> str:
-    """Why a worker row's process is dead, in words; "" when it is alive."""
+    """Why a worker row's process is dead, in words; "" when it is alive (``worker_id`` is
+    ``host:pid:start``)."""
     if worker_id is None or pid is None:
         return "no record of it"
     if state != "working":
