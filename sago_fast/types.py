@@ -86,6 +86,20 @@ POOLED_OUTPUTS = ("hidden_last", "hidden_mean", "next_logprobs", "target_logprob
 
 
 @dataclass(frozen=True)
+class PromptLayout:
+    """A benchmark's own prompt for one example, taken apart (``lmeval:`` tasks): ``text`` is the prompt
+    exactly as the benchmark renders it; ``question`` is where the question stands in it, ``options``
+    where each option's text stands (empty when the prompt does not list them) and ``labels`` where each
+    option's label ("A") stands (empty when unlabelled). Spans are (start, end) character offsets, in
+    order and disjoint. See :func:`sago_fast.variants.render.render_layout`."""
+
+    text: str
+    question: tuple[int, int]
+    options: tuple[tuple[int, int], ...] = ()
+    labels: tuple[tuple[int, int], ...] = ()
+
+
+@dataclass(frozen=True)
 class Example:
     """One benchmark item.
 
@@ -101,6 +115,7 @@ class Example:
     answer_index: int | None = None
     answers: tuple[str, ...] = ()
     answer_type: str = "text"  # generation: "text" (first line, normalised) or "number" (last number, GSM8K)
+    layout: PromptLayout | None = None  # the benchmark's own canonical prompt (lmeval: tasks), else sago's
 
     @property
     def has_options(self) -> bool:

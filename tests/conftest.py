@@ -44,6 +44,13 @@ def checkpoints(tmp_path_factory: pytest.TempPathFactory, tokenizer) -> dict[str
 
 
 @pytest.fixture(scope="session")
+def smol_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The real model's cache root for the session: converted GGUF files in gguf/, exports in exports/
+    (converted and exported once, whichever test module needs it first)."""
+    return tmp_path_factory.mktemp("smollm2")
+
+
+@pytest.fixture(scope="session")
 def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A session-wide export cache, so each architecture is exported once for the whole test run."""
     return tmp_path_factory.mktemp("export-cache")

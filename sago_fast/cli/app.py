@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from sago_fast.cli import bench, demo, export, merge, probe, query, report, run, stats, status, zoo
+from sago_fast.cli import bench, demo, export, lmeval, merge, probe, query, report, run, stats, status, zoo
 from sago_fast.cli.variants import variants_app
 
 app = typer.Typer(
@@ -30,6 +30,11 @@ app.command("bench", help=bench.__doc__)(bench.bench_command)
 app.command("report", help=report.__doc__)(report.report_command)
 app.add_typer(variants_app, name="variants")
 app.command("zoo", help=zoo.__doc__)(zoo.zoo_command)
+app.command(
+    "lm-eval",
+    help=lmeval.__doc__,
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []},
+)(lmeval.lmeval_command)
 
 
 @app.callback()

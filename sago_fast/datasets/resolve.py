@@ -32,7 +32,8 @@ def load_dataset(
 ) -> Dataset:
     """A built-in suite (``arithmetic``, ``capitals``, ``comparison``, ``letters``), a data file or folder
     (SPEC schema, or a published format detected from its shape or named by a prefix: ``mmlu:path``), or
-    a Hugging Face hub dataset ``hf:ORG/NAME[:CONFIG][:SPLIT]``."""
+    a Hugging Face hub dataset ``hf:ORG/NAME[:CONFIG][:SPLIT]``, or an lm-evaluation-harness task YAML
+    with local data ``lmeval:task.yaml`` (:mod:`sago_fast.lmeval.tasks`)."""
     if limit is not None and limit < 1:
         raise InputError(f"--limit must be positive, not {limit}")
     if name_or_path in SUITES:
@@ -43,6 +44,10 @@ def load_dataset(
         from sago_fast.datasets.hub import load_hub_dataset
 
         return load_hub_dataset(name_or_path, fields, limit)
+    if name_or_path.startswith("lmeval:"):
+        from sago_fast.lmeval.tasks import load_lmeval_task
+
+        return load_lmeval_task(name_or_path, limit)
     fmt, target = split_prefix(name_or_path)
     path = Path(target)
     if path.exists():

