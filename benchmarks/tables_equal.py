@@ -32,6 +32,7 @@ VOLATILE = {
     # which processes wrote a run, and which of them held each unit, is not a result
     "workers": ("worker_id", "run_id", "host", "pid", "command", "started_at", "heartbeat_at", "state"),
     "run_units": ("worker_id", "claimed_at", "takeovers", "error"),
+    "lmeval_requests": ("session_id", "created_at"),
 }
 WALL_TIME = ("seconds", "finished_at", "created_at", "applied_at")
 

@@ -66,10 +66,25 @@ def sago_dtype(dtype: str | None) -> str | None:
         ) from None
 
 
+def engine_device(device: str | None) -> str:
+    """lm-eval's ``device`` as sago's: ``cuda``/``cuda:N`` is CUDA where it runs and else CPU with a
+    warning (as lm-eval's ``hf`` backend does; lm-eval's own default is ``cuda:0``); ``cpu``; ``auto``."""
+    from sago_fast.runtime.session import cuda_runs
+
+    name = str(device or "cpu")
+    if not name.startswith("cuda"):
+        return name
+    ok, reason = cuda_runs()
+    if not ok:
+        log.warning("device %s asked, but %s: running on CPU", name, reason)
+    return "cuda" if ok else "cpu"
+
+
 class SagoLM(TemplateLM):
     """lm-eval's ``LM`` on a sago model (one checkpoint; see the module docstring for the arguments).
 
-    pretrained: the checkpoint; base: a LoRA adapter's base; device: cpu, cuda or auto; dtype: float32,
+    pretrained: the checkpoint; base: a LoRA adapter's base; device: cpu, cuda (CPU where CUDA does not
+    run, with a warning, as ``hf``), or auto; dtype: float32,
     float16 or auto (fp16 on CUDA, fp32 on CPU); cache_dir: sago's export cache; batch_size: an int caps the
     prompts per ORT call (sago batches by a token budget; lm-eval's "auto" keeps sago's policy);
     max_length: positions (default: the model config's, as lm-eval's ``hf``); add_bos_token,
@@ -105,7 +120,7 @@ class SagoLM(TemplateLM):
                 "device, dtype, batch_size, cache_dir, max_length, add_bos_token, prefix_token_id, "
                 "sago_db, token_budget, allow_pickle)"
             )
-        device = "cpu" if device in (None, "", "cpu") else ("cuda" if str(device).startswith("cuda") else str(device))
+        device = engine_device(device)
         checkpoint = resolve_checkpoint(str(pretrained), base=base, allow_pickle=bool(allow_pickle))
         policy = BatchPolicy()
         if isinstance(batch_size, int) or (isinstance(batch_size, str) and batch_size.isdigit()):
@@ -165,7 +180,11 @@ class SagoLM(TemplateLM):
         return str(getattr(self.tokenizer, "name_or_path", "")).replace("/", "__")
 
     def tok_encode(
-        self, string: str, add_special_tokens: bool | None = None, left_truncate_len: int | None = None, **_: Any
+        self,
+        string: str,
+        add_special_tokens: bool | None = None,
+        left_truncate_len: int | None = None,
+        **_: Any,
     ) -> list[int]:
         """lm-eval ``hf``'s encoding: the tokenizer's special tokens unless the text starts with BOS."""
         options = _add_special_kwargs(add_special_tokens, self.add_bos_token)
@@ -177,7 +196,9 @@ class SagoLM(TemplateLM):
     def tok_decode(self, tokens: Sequence[int], skip_special_tokens: bool = True) -> str:
         return self.tokenizer.decode(list(tokens), skip_special_tokens=skip_special_tokens)
 
-    def apply_chat_template(self, chat_history: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
+    def apply_chat_template(
+        self, chat_history: list[dict[str, str]], add_generation_prompt: bool = True
+    ) -> str:
         return self.tokenizer.apply_chat_template(
             chat_history,
             tokenize=False,

@@ -12,10 +12,10 @@ import logging
 import re
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
-from sago_fast.errors import InputError
+from sago_fast.errors import InputError, SagoError
+from sago_fast.lmeval import MODEL_NAMES
 
 log = logging.getLogger(__name__)
 
@@ -61,8 +61,9 @@ def _set_option(argv: list[str], name: str, value: str) -> list[str]:
 
 def lmeval_argvs(argv: Sequence[str]) -> list[tuple[str, list[str]]]:
     """One lm-eval command line per checkpoint of ``--model_args pretrained=...``: the model set to
-    ``sago`` unless another is named, and ``--output_path`` given a sub-folder per checkpoint when there
-    are several."""
+    ``sago`` unless another is named, a ``device=`` of the model arguments moved to ``--device`` (lm-eval
+    passes both to the model), or ``--device auto`` when none is given. (lm-eval's ``--output_path``
+    keeps each checkpoint's results apart already, in a folder named after its path.)"""
     argv = list(argv)
     if _option(argv, "--model") is None:
         argv = ["--model", "sago", *argv]
@@ -70,15 +71,18 @@ def lmeval_argvs(argv: Sequence[str]) -> list[tuple[str, list[str]]]:
     if found is None:
         raise InputError(f"{MODEL_ARGS} pretrained=PATH is required (the checkpoint to evaluate)")
     pretrained, rest = split_model_args(found[1])
-    checkpoints = checkpoints_of(pretrained)
-    output = _option(argv, "--output_path")
-    out: list[tuple[str, list[str]]] = []
-    for checkpoint in checkpoints:
-        args = _set_option(argv, MODEL_ARGS, ",".join(a for a in (f"pretrained={checkpoint}", rest) if a))
-        if output is not None and len(checkpoints) > 1:
-            args = _set_option(args, "--output_path", str(Path(output[1]) / Path(checkpoint).name))
-        out.append((checkpoint, args))
-    return out
+    device = re.search(r"(?:^|,)device=([^,]*)", rest)
+    if device is not None:  # lm-eval passes --device (default cuda:0) beside model_args: one of them
+        rest = (rest[: device.start()] + rest[device.end() :]).strip(",")
+        if _option(argv, "--device") is None:
+            argv = [*argv, "--device", device.group(1)]
+    model = _option(argv, "--model")
+    if model is not None and model[1] in MODEL_NAMES and _option(argv, "--device") is None:
+        argv = [*argv, "--device", "auto"]  # not lm-eval's default cuda:0: CUDA where it runs, quietly
+    return [
+        (c, _set_option(argv, MODEL_ARGS, ",".join(a for a in (f"pretrained={c}", rest) if a)))
+        for c in checkpoints_of(pretrained)
+    ]
 
 
 def run_lmeval_cli(argv: Sequence[str]) -> None:
@@ -99,6 +103,11 @@ def run_lmeval_cli(argv: Sequence[str]) -> None:
         try:
             cli = HarnessCLI()
             cli.execute(cli.parse_args())
+        except SagoError:
+            raise
+        except Exception as exc:  # lm-eval's own errors (a task it cannot load, ...): one line too
+            first = (str(exc).splitlines() or [""])[0]
+            raise InputError(f"lm-eval stopped on {checkpoint}: {type(exc).__name__}: {first}") from exc
         finally:
             sys.argv = saved
 

@@ -27,7 +27,9 @@ class ContextGroup:
     pairs: list[int] = field(default_factory=list)
 
 
-def cut_pair(context: Sequence[int], continuation: Sequence[int], max_length: int) -> tuple[list[int], list[int]]:
+def cut_pair(
+    context: Sequence[int], continuation: Sequence[int], max_length: int
+) -> tuple[list[int], list[int]]:
     """lm-eval ``hf``'s rule: the model reads the last ``max_length + 1`` tokens of context +
     continuation (all but the last token as input); what is cut comes off the context's left."""
     if not continuation:
@@ -40,9 +42,7 @@ def cut_pair(context: Sequence[int], continuation: Sequence[int], max_length: in
     return list(context[-keep:] if len(context) > keep else context), list(continuation)
 
 
-def group_pairs(
-    pairs: Sequence[tuple[Sequence[int], Sequence[int]]], max_length: int
-) -> list[ContextGroup]:
+def group_pairs(pairs: Sequence[tuple[Sequence[int], Sequence[int]]], max_length: int) -> list[ContextGroup]:
     """``pairs`` ((context ids, continuation ids) per request) grouped by context after cutting, longest
     context first."""
     groups: dict[tuple[int, ...], ContextGroup] = {}
@@ -56,7 +56,9 @@ def group_pairs(
     return sorted(groups.values(), key=lambda g: -len(g.context))
 
 
-def passes(groups: Sequence[ContextGroup], per_pass: int = DEFAULT_CONTEXTS_PER_PASS) -> list[list[ContextGroup]]:
+def passes(
+    groups: Sequence[ContextGroup], per_pass: int = DEFAULT_CONTEXTS_PER_PASS
+) -> list[list[ContextGroup]]:
     """``groups`` in calls of at most ``per_pass`` contexts, in order (longest first: similar lengths
     batch together)."""
     return [list(groups[start : start + per_pass]) for start in range(0, len(groups), per_pass)]

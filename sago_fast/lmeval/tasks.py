@@ -215,10 +215,12 @@ def multiple_choice_example(example_id: str, prompt: str, doc: Any, task: Any, w
 
 def generation_example(example_id: str, prompt: str, doc: Any, task: Any, where: str) -> Example:
     target = task.doc_to_target(doc)
-    answers = [target] if isinstance(target, str | int) else list(target) if isinstance(target, list) else []
-    answers = [str(a) for a in answers if str(a).strip()]
+    given = [target] if isinstance(target, str | int) else list(target) if isinstance(target, list) else []
+    answers = [str(a) for a in given if str(a).strip()]
     if not answers:
         raise InputError(f"{where}: field 'doc_to_target': no reference answer ({target!r})")
     question = question_span(prompt, doc, len(prompt), where)
     layout = PromptLayout(prompt, question)
-    return Example(example_id, "generation", prompt[question[0] : question[1]], (), None, tuple(answers), layout=layout)
+    return Example(
+        example_id, "generation", prompt[question[0] : question[1]], (), None, tuple(answers), layout=layout
+    )

@@ -83,7 +83,7 @@ def tasks(tmp_path_factory):
 
 
 def samples(result: dict, task: str) -> list[dict]:
-    return sorted(result["samples"][task], key=lambda s: (s["doc_id"]))
+    return sorted(result["samples"][task], key=lambda s: s["doc_id"])
 
 
 @pytest.fixture(scope="module")
@@ -115,7 +115,7 @@ def test_the_sago_backend_equals_hf(tasks, smol, hf_results, tmp_path, monkeypat
     import sago_fast.lmeval  # noqa: F401  (registers "sago")
     from sago_fast.store import Store
 
-    checkpoint, cache = smol
+    _, cache = smol
     monkeypatch.setenv("SAGO_CACHE_DIR", str(cache))  # the session's conversion and export are reused
     db = tmp_path / "lm.duckdb"
     ours = lm_eval.simple_evaluate(
@@ -204,7 +204,10 @@ def test_canonical_prompts_are_lm_evals_byte_for_byte_and_a_run_fills_the_tables
     canonical = [v for v in variants if v.is_canonical]
     assert [v.prompt for v in canonical] == [contexts[i] for i in range(12)]
     moved = [v for v in variants if v.family == "option_permutation"]
-    assert all(v.prompt != c.prompt and v.prompt.startswith(c.prompt[:40]) for v, c in zip(moved, canonical, strict=True))
+    assert all(
+        v.prompt != c.prompt and v.prompt.startswith(c.prompt[:40])
+        for v, c in zip(moved, canonical, strict=True)
+    )
 
     result = run(
         RunConfig(
@@ -220,9 +223,7 @@ def test_canonical_prompts_are_lm_evals_byte_for_byte_and_a_run_fills_the_tables
     )
     with Store(result.db_path, read_only=True) as store:
         _, items = store.query("SELECT count(DISTINCT example_id) FROM item_scores")
-        _, prompts = store.query(
-            "SELECT v.prompt FROM variants v WHERE v.is_canonical ORDER BY v.example_id"
-        )
+        _, prompts = store.query("SELECT v.prompt FROM variants v WHERE v.is_canonical ORDER BY v.example_id")
     assert items[0][0] == 12
     assert sorted(p for (p,) in prompts) == sorted(contexts.values())
 
@@ -253,3 +254,59 @@ def test_a_task_that_cannot_be_taken_apart_says_so_naming_the_field(tasks, tmp_p
         load_dataset(f"lmeval:{path}")
     with pytest.raises(InputError, match="no such lm-eval task YAML"):
         load_dataset(f"lmeval:{tmp_path / 'missing.yaml'}")
+
+
+def test_sago_lm_eval_takes_a_training_run_one_checkpoint_after_the_other(
+    tasks, checkpoints, cache_dir, tmp_path
+):
+    """``sago lm-eval`` passes lm-eval's flags through, evaluates each member of a training-run folder
+    (lm-eval writes each one's results apart) and ends lm-eval's own errors in one line."""
+    import shutil
+    import subprocess
+
+    import yaml
+
+    from tests.integration.test_units import sago_cmd
+
+    run = tmp_path / "run"
+    for step in (10, 2):
+        shutil.copytree(checkpoints["llama"], run / f"checkpoint-{step}")
+    include = tmp_path / "tasks"
+    include.mkdir()
+    (include / "letter.yaml").write_text(yaml.safe_dump(tasks["letter"]), encoding="utf-8")
+    out = tmp_path / "out"
+    common = ["--include_path", str(include), "--tasks", "sago_mmlu_letter", "--limit", "3"]
+    done = subprocess.run(
+        sago_cmd(
+            "lm-eval",
+            "--model_args",
+            f"pretrained={run},cache_dir={cache_dir}",
+            *common,
+            "--output_path",
+            str(out),
+        ),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    results = sorted(out.rglob("results_*.json"))
+    assert [p.parent.name.rsplit("__", 1)[-1] for p in results] == ["checkpoint-10", "checkpoint-2"]
+    for path in results:
+        assert 0.0 <= json.loads(path.read_text())["results"]["sago_mmlu_letter"]["acc,none"] <= 1.0
+    assert "checkpoint 1 of 2" in done.stderr and "checkpoint 2 of 2" in done.stderr
+
+    failed = subprocess.run(
+        sago_cmd(
+            "lm-eval",
+            "--model_args",
+            f"pretrained={checkpoints['llama']},cache_dir={cache_dir}",
+            "--tasks",
+            "no_such_task_anywhere",
+        ),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert failed.returncode == 2
+    assert failed.stderr.strip().splitlines()[-1].startswith("sago: error: lm-eval stopped on")

@@ -21,7 +21,6 @@ from sago_fast.datasets.resolve import load_dataset
 from sago_fast.runtime.options import answer_modes
 from sago_fast.runtime.prompting import PromptFormat, model_prompts
 from sago_fast.variants import VariantConfig, generate_variants
-
 from tests.real_model import GGUF, needs_smol
 
 pytestmark = needs_smol
