@@ -33,7 +33,7 @@ app.command("zoo", help=zoo.__doc__)(zoo.zoo_command)
 app.command(
     "lm-eval",
     help=lmeval.__doc__,
-    context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []},
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
 )(lmeval.lmeval_command)
 
 

@@ -21,6 +21,7 @@ BACKEND = "sago_fast.lmeval.backend:SagoLM"
 def register() -> bool:
     """Register :data:`MODEL_NAMES` with lm-eval's model registry; False when lm-eval is not installed."""
     try:
+        import lm_eval.models  # noqa: F401  (lm-eval's own names first: it adds them only to an empty registry)
         from lm_eval.api.registry import model_registry
     except ImportError:
         return False

@@ -94,7 +94,7 @@ def run_lmeval_cli(argv: Sequence[str]) -> None:
         from lm_eval._cli import HarnessCLI
     except ImportError:
         raise InputError("lm-eval is not installed: pip install 'sago_fast[lmeval]'") from None
-    runs = lmeval_argvs(argv)
+    runs = [("", ["-h"])] if "-h" in argv else lmeval_argvs(argv)  # -h: lm-eval's own flags
     for n, (checkpoint, args) in enumerate(runs, start=1):
         if len(runs) > 1:
             log.warning("checkpoint %d of %d: %s", n, len(runs), checkpoint)

@@ -122,6 +122,7 @@ def test_the_sago_backend_equals_hf(tasks, smol, hf_results, tmp_path, monkeypat
         model="sago",
         model_args=f"pretrained={GGUF},sago_db={db}",
         tasks=[tasks["letter"], tasks["cloze"], tasks["generate"]],
+        batch_size=1,  # as hf's: this model moves log-likelihoods by up to 3e-3 with padding
         device="cpu",
         log_samples=True,
     )
