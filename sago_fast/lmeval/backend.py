@@ -120,6 +120,10 @@ class SagoLM(TemplateLM):
                 "device, dtype, batch_size, cache_dir, max_length, add_bos_token, prefix_token_id, "
                 "sago_db, token_budget, allow_pickle)"
             )
+        if sago_db:  # before any export or load, as every output path is
+            from sago_fast.atomic import check_writable
+
+            check_writable(sago_db, what="model_args sago_db")
         device = engine_device(device)
         checkpoint = resolve_checkpoint(str(pretrained), base=base, allow_pickle=bool(allow_pickle))
         policy = BatchPolicy()

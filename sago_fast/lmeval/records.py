@@ -24,13 +24,11 @@ from sago_fast.store.liveness import utc_now
 
 
 class RequestLog:
-    """Writes each call's requests and results to ``path`` (created if missing)."""
+    """Writes each call's requests and results to ``path`` (created if missing; the backend checks it is
+    writable before it loads the model)."""
 
     def __init__(self, path: str | os.PathLike[str], model: Any) -> None:
-        from sago_fast.atomic import check_writable
-
         self.path = str(path)
-        check_writable(self.path, what="model_args sago_db")
         self.session_id = uuid.uuid4().hex
         self.model_id = model.model_id
         self.checkpoint = str(model.checkpoint.display_path)
