@@ -123,6 +123,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--siblings", type=int, default=5)
     parser.add_argument("--sibling-items", type=int, default=50)
+    parser.add_argument(
+        "--parts", default="compare,siblings", help="compare (sago against hf), siblings, or both"
+    )
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/sago-bench-lmeval-backend"))
     args = parser.parse_args()
     work = args.workdir
@@ -130,8 +133,17 @@ def main() -> None:
     from sago_fast.checkpoints.resolve import resolve_checkpoint
 
     folder = resolve_checkpoint(smollm2_gguf()).path  # the dequantised HF folder both backends read
-    tasks = write_task(work, mmlu_sample(work / "items", args.items))
     out = work / "out"
+    parts = set(args.parts.split(","))
+    if "compare" in parts:
+        compare(folder, work, out, env, args)
+    if "siblings" in parts:
+        siblings(folder, work, out, env, args)
+
+
+def compare(folder: Path, work: Path, out: Path, env: dict[str, str], args: argparse.Namespace) -> None:
+    """sago against hf (batch sizes 1 and 8) on ``args.items`` items, and their largest difference."""
+    tasks = write_task(work, mmlu_sample(work / "items", args.items))
     timed(sago_command(folder, tasks, out / "warm", limit=2), env)  # the export, once
     runs: dict[str, list[float]] = {"sago": [], "hf, batch 1": [], "hf, batch 8": []}
     for _ in range(args.rounds):
@@ -154,6 +166,9 @@ def main() -> None:
     worst = max(abs(a - b) for x, y in zip(ours, ref, strict=True) for a, b in zip(x, y, strict=True))
     print(f"  largest |sago - hf batch 1| log-likelihood: {worst:.2e} over {sum(map(len, ours))} requests")
 
+
+def siblings(folder: Path, work: Path, out: Path, env: dict[str, str], args: argparse.Namespace) -> None:
+    """``args.siblings`` checkpoints of one export (a training run) against the first alone."""
     members = make_siblings(folder, work / "run", args.siblings)
     small = write_task(work / "small", mmlu_sample(work / "small-items", args.sibling_items))
     for cache in ("cold", "warm"):

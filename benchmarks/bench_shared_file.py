@@ -90,8 +90,17 @@ def main() -> None:
     parser.add_argument("--chunk-memory-mb", type=float, default=2.0)
     parser.add_argument("--read-every", type=float, default=0.2, help="seconds between the reader's opens")
     parser.add_argument("--before", default=BEFORE)
+    parser.add_argument(
+        "--settings",
+        default="before,after,read,two",
+        help="which of before, after, read (after with a reader), two (two processes), two-before (two "
+        "processes of the --before commit) to time",
+    )
     parser.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "sago-bench-shared")
     args = parser.parse_args()
+    settings = set(args.settings.split(","))
+    if not settings <= {"before", "after", "read", "two", "two-before"} or "after" not in settings:
+        parser.error("--settings: a subset of before,after,read,two,two-before that holds after")
     work = args.workdir
     work.mkdir(parents=True, exist_ok=True)
     zoo, old = work / "zoo", work / f"before-{args.before}"
@@ -101,7 +110,7 @@ def main() -> None:
             check=True,
             capture_output=True,
         )
-    if not old.exists():
+    if settings & {"before", "two-before"} and not old.exists():
         subprocess.run(
             ["git", "worktree", "add", "--detach", str(old), args.before], check=True, capture_output=True
         )
@@ -114,46 +123,66 @@ def main() -> None:
         return db
 
     timed([sago(run_args, fresh("warm"), None)])  # exports and Numba's cache, once
-    before_s, after_s, read_s, two_s, waits = [], [], [], [], []
+    before_s, after_s, read_s, two_s, two_before_s, waits = [], [], [], [], [], []
     for _ in range(args.rounds):
-        before_s.append(timed([sago(run_args, fresh("before"), old)]))
-        after_s.append(timed([sago(run_args, fresh("after"), None)]))
-        db = fresh("read")
-        stop = threading.Event()
-        watcher = threading.Thread(target=reader, args=(db, waits, stop, args.read_every), daemon=True)
-        watcher.start()
-        read_s.append(timed([sago(run_args, db, None)]))
-        stop.set()
-        watcher.join()
-        shared = fresh("two")
-        first = sago(run_args, shared, None)
-        time.sleep(1.0)
-        two_s.append(timed([first, sago(run_args, shared, None)]) + 1.0)
+        if "before" in settings:
+            before_s.append(timed([sago(run_args, fresh("before"), old)]))
+        db = fresh("after")
+        after_s.append(timed([sago(run_args, db, None)]))
+        if "read" in settings:
+            db = fresh("read")
+            stop = threading.Event()
+            watcher = threading.Thread(target=reader, args=(db, waits, stop, args.read_every), daemon=True)
+            watcher.start()
+            read_s.append(timed([sago(run_args, db, None)]))
+            stop.set()
+            watcher.join()
+        if "two" in settings:
+            shared = fresh("two")
+            first = sago(run_args, shared, None)
+            time.sleep(1.0)
+            two_s.append(timed([first, sago(run_args, shared, None)]) + 1.0)
+        if "two-before" in settings:
+            shared = fresh("two-before")
+            first = sago(run_args, shared, old)
+            time.sleep(1.0)
+            two_before_s.append(timed([first, sago(run_args, shared, old)]) + 1.0)
     from sago_fast.store import Store
 
     with Store(db, read_only=True) as store:
         _, rows = store.query("SELECT count(*) FROM unit_chunks")
     chunks = rows[0][0]
     open_ms, commit_ms, close_ms = step_ms(db)
-    b, a, t = statistics.median(before_s), statistics.median(after_s), statistics.median(two_s)
-    r = statistics.median(read_s)
-    waits.sort()
+    a = statistics.median(after_s)
+    b = statistics.median(before_s) if before_s else a  # against the run alone when before is not timed
     print(
         f"demo zoo, 3 checkpoints x 2 datasets, --limit {args.limit}: {chunks} chunks; {os.cpu_count()} cores; "
         f"medians of {args.rounds}"
     )
-    print(f"  before ({args.before}, one connection for the whole run): {b:6.1f} s")
+    if before_s:
+        print(f"  before ({args.before}, one connection for the whole run): {b:6.1f} s")
     print(f"  after (the file let go when asked), no reader:            {a:6.1f} s  ({a / b - 1:+.1%})")
-    print(
-        f"  after, a reader asking every {args.read_every:g} s:                  {r:6.1f} s  ({r / b - 1:+.1%})"
-    )
-    print(
-        f"  two processes, a second apart, one file:                  {t:6.1f} s  ({t / a:.2f}x one process)"
-    )
+    if read_s:
+        r = statistics.median(read_s)
+        print(
+            f"  after, a reader asking every {args.read_every:g} s:                  {r:6.1f} s  ({r / b - 1:+.1%})"
+        )
+    if two_s:
+        t = statistics.median(two_s)
+        print(
+            f"  two processes, a second apart, one file:                  {t:6.1f} s  ({t / a:.2f}x one process)"
+        )
+    if two_before_s:
+        t = statistics.median(two_before_s)
+        print(
+            f"  two processes of {args.before}, a second apart, one file:         {t:6.1f} s  "
+            f"({t / b:.2f}x its one process)"
+        )
     print(
         f"  letting the file go and taking it back (on the finished file): open {open_ms:.0f} ms, "
         f"close {close_ms:.0f} ms (a small commit: {commit_ms:.0f} ms)"
     )
+    waits.sort()
     if waits:
         p95 = waits[int(0.95 * (len(waits) - 1))]
         print(

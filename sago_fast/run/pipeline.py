@@ -18,6 +18,7 @@ from sago_fast.errors import DiskFullError, Interrupted, SagoError
 from sago_fast.run.checkpoint import ChunkOutcome, UnitOutcome
 from sago_fast.run.chunk import finish_unit
 from sago_fast.run.claims import PlannedUnit
+from sago_fast.run.committer import Committer
 from sago_fast.run.config import RunConfig
 from sago_fast.run.executors import EXECUTORS, Work
 from sago_fast.run.plan import Plan, Unit, parse_shard, plan_run
@@ -249,6 +250,7 @@ class _Writer:
         self.failed: list[tuple[str, str]] = []
         self.provider = ""
         self.left = (0, 0)  # after close: (units of the run not done, other processes working on it)
+        self.committer = Committer()  # chunk commits go on while the next chunk is computed
 
     def consume(self, outcomes: Iterator[ChunkOutcome | UnitOutcome], resume: dict[str, ChunksDone]) -> None:
         examples_done: dict[str, int] = {}
@@ -272,9 +274,11 @@ class _Writer:
         rows = build.chunk_rows(
             run_id, outcome.unit_id, data, outcome.model, chunk, self.config.sequential, outcome.comparisons
         )
-        _write(self.sink, where, partial(self.sink.write_chunk, run_id, outcome.unit_id, chunk.index, rows))
+        write = partial(self.sink.write_chunk, run_id, outcome.unit_id, chunk.index, rows)
+        self.committer.submit(partial(_write, self.sink, where, write))
 
     def _unit(self, outcome: UnitOutcome, data: Dataset, where: str) -> None:
+        self.committer.drain()  # the unit's chunks are in the file before it is finished or released
         if outcome.end is None:
             self.failed.append((where, outcome.error or "unknown error"))
             log.error("unit %s failed: %s", where, outcome.error)
@@ -290,6 +294,10 @@ class _Writer:
         """Record how the run ended ("unscored": every unit is done and the statistics are still to come,
         or left to `sago stats`) and close the sink."""
         self.shown.close()
+        try:  # what was computed is kept, a Ctrl-C included
+            self.committer.close()
+        except Exception as exc:  # an error is already on its way (or this one was raised before)
+            log.warning("could not commit the last chunks of run %s: %s", self.plan.run_id, exc)
         complete = not self.failed and len(self.results) == len(self.by_id)  # the file may say more
         status = "interrupted" if interrupted else "unscored" if complete else "failed"
         try:

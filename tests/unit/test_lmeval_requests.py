@@ -65,3 +65,29 @@ def test_a_device_in_the_model_args_becomes_lm_evals_device_flag():
     ((_, argv),) = lmeval_argvs(["--model_args", "pretrained=./m,device=cuda,dtype=float16"])
     assert argv[argv.index("--model_args") + 1] == "pretrained=./m,dtype=float16"
     assert argv[argv.index("--device") + 1] == "cuda"
+
+
+def test_the_task_index_is_built_once_for_many_checkpoints(tmp_path, monkeypatch):
+    pytest.importorskip("lm_eval")
+    from lm_eval.tasks import TaskManager, _index
+
+    from sago_fast.lmeval.each import task_index_built_once
+
+    (tmp_path / "t.yaml").write_text(
+        "task: tiny_task\ndataset_path: json\noutput_type: multiple_choice\n"
+        'doc_to_text: "{{q}}"\ndoc_to_choice: ["A", "B"]\ndoc_to_target: 0\n',
+        encoding="utf-8",
+    )
+    reads = []
+    real_load = _index.load_yaml
+    monkeypatch.setattr(_index, "load_yaml", lambda *a, **k: reads.append(a[0]) or real_load(*a, **k))
+    original = _index.TaskIndex.__dict__["build"]
+    with task_index_built_once():
+        first = TaskManager(include_path=str(tmp_path), include_defaults=False)
+        second = TaskManager(include_path=str(tmp_path), include_defaults=False)
+    assert len(reads) == 1  # the YAML was read for the first manager only
+    assert first.all_tasks == second.all_tasks == ["tiny_task"]
+    assert first.task_index is not second.task_index  # each run has its own copy
+    assert _index.TaskIndex.__dict__["build"] is original  # put back
+    TaskManager(include_path=str(tmp_path), include_defaults=False)
+    assert len(reads) == 2  # outside: lm-eval's own behaviour again
