@@ -74,10 +74,12 @@ def evaluate_checkpoint(
     progress: RunProgress | None = None,
     resume: Mapping[str, ChunksDone] | None = None,
     stop_rule: StopRule = own_precision,
+    spinning: bool = True,
 ) -> Iterator[ChunkOutcome | UnitOutcome]:
     """Yield each unit's chunks then its outcome; a checkpoint that cannot be loaded fails all its units.
     resume: unit id -> the chunks an earlier invocation committed (those examples are not answered again);
-    stop_rule: when a sequential unit stops (:func:`~sago_fast.run.driver.drive_unit`)."""
+    stop_rule: when a sequential unit stops (:func:`~sago_fast.run.driver.drive_unit`); spinning:
+    :attr:`~sago_fast.runtime.session.SessionOptions.spinning`."""
     import sago_fast
     from sago_fast.runtime.session import SessionOptions
 
@@ -88,7 +90,7 @@ def evaluate_checkpoint(
             checkpoint,
             device=config.device,
             cache_dir=config.cache_dir,
-            session_options=SessionOptions(intra_op_threads=session_threads),
+            session_options=SessionOptions(intra_op_threads=session_threads, spinning=spinning),
         )
     except Exception as exc:
         raise_if_interrupted(exc)

@@ -90,6 +90,9 @@ class Claim:
 _LIVE_WORKERS = """
     SELECT worker_id, host, pid, state, heartbeat_at FROM workers WHERE run_id = $run
 """
+_WORKERS_OF_HOST = """
+    SELECT worker_id, host, pid, state, heartbeat_at FROM workers WHERE host = $host AND worker_id <> $me
+"""
 
 
 class Claims:
@@ -192,6 +195,12 @@ class Claims:
             for worker_id, host, pid, state, heartbeat in rows
             if not dead_reason(worker_id, host, pid, state, heartbeat, stale, now)
         }
+
+    def others_here(self, store: Store) -> bool:
+        """Whether another live process of this machine writes the file (any run): they share its cores."""
+        _, rows = store.query(_WORKERS_OF_HOST, {"host": self.worker.host, "me": self.worker.worker_id})
+        now, stale = utc_now(), self.settings.stale_after_s
+        return any(not dead_reason(*row, stale, now) for row in rows)
 
     def held_elsewhere(self, store: Store, unit_ids: Sequence[str]) -> bool:
         """Whether another live worker holds a claim on any of ``unit_ids``."""

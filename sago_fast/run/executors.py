@@ -46,6 +46,9 @@ class Claimer(Protocol):
     def busy(self, units: list[Unit]) -> bool:
         """Whether another process is working on some of ``units``."""
 
+    def shares_cores(self) -> bool:
+        """Whether another process of this machine writes the same results file now."""
+
 
 @dataclass(frozen=True)
 class Work:
@@ -87,6 +90,8 @@ def local_outcomes(work: Work) -> Iterator[Outcome]:
             work.config,
             progress=work.progress,
             resume=work.resume,
+            # processes sharing the cores: ONNX Runtime's threads sleep, not spin, while they wait
+            spinning=claimer is None or not claimer.shares_cores(),
         )
 
 

@@ -236,6 +236,10 @@ class UnitClaimer:
         elsewhere, so that two processes load different models)."""
         return self.sink.held_elsewhere(self.plan.run_id, [u.unit_id for u in units])
 
+    def shares_cores(self) -> bool:
+        """Whether another process of this machine writes the same results file now."""
+        return self.sink.shares_cores()
+
 
 class _Writer:
     """Writes each outcome as it comes (a chunk: its rows, one transaction; a unit: its finish) and keeps

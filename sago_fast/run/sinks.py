@@ -67,6 +67,9 @@ class Sink(Protocol):
     def held_elsewhere(self, run_id: str, unit_ids: Sequence[str]) -> bool:
         """Whether another live process holds any of these units."""
 
+    def shares_cores(self) -> bool:
+        """Whether another live process of this machine writes the same results (any run)."""
+
     def close(self) -> None: ...
 
 
@@ -125,6 +128,10 @@ class DuckDBSink:
     def held_elsewhere(self, run_id: str, unit_ids: Sequence[str]) -> bool:
         with self.file.step() as store:
             return self.claims.held_elsewhere(store, unit_ids)
+
+    def shares_cores(self) -> bool:
+        with self.file.step() as store:
+            return self.claims.others_here(store)
 
     def _left(self, store: Store, run_id: str) -> tuple[int, int]:
         _, rows = store.query(
@@ -191,6 +198,9 @@ class ParquetShardSink:
 
     def held_elsewhere(self, run_id: str, unit_ids: Sequence[str]) -> bool:
         return False
+
+    def shares_cores(self) -> bool:
+        return False  # a shard folder has one writer
 
     def close(self) -> None:
         return None

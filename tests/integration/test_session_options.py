@@ -22,8 +22,9 @@ CONTINUATIONS = [[[7, 8, 9], [10]], [[11]], [[12, 13], [14, 15, 16]], [[17]]]
         SessionOptions(memory_reuse="on"),
         SessionOptions(memory_reuse="off", prepack=False),
         SessionOptions(memory_reuse="on", prepack=False, optimization="basic"),
+        SessionOptions(spinning=False),
     ],
-    ids=["reuse-on", "reuse-off-unpacked", "reuse-on-unpacked-basic"],
+    ids=["reuse-on", "reuse-off-unpacked", "reuse-on-unpacked-basic", "no-spinning"],
 )
 def test_session_options_change_no_output(checkpoints, cache_dir, options):
     default = sago_fast.load_model(checkpoints["llama"], cache_dir=cache_dir)
@@ -31,6 +32,8 @@ def test_session_options_change_no_output(checkpoints, cache_dir, options):
     applied = other.session.get_session_options()
     assert applied.enable_mem_reuse == (options.memory_reuse == "on")
     assert default.session.get_session_options().enable_mem_reuse is False  # "auto" on CPU
+    if not options.spinning:
+        assert applied.get_session_config_entry("session.intra_op.allow_spinning") == "0"
     ids = default.tokenize(PROMPTS)
     settings = GenerationSettings(max_new_tokens=6, stop=(), stop_at_eos=False)
     expected = default.prefill(ids, CONTINUATIONS, settings)

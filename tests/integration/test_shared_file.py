@@ -258,3 +258,24 @@ def test_soak_writers_killed_at_random_and_a_reader(tmp_path):
     proc = subprocess.run(command, capture_output=True, text=True, timeout=1200)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "every unit done once, no duplicate rows" in proc.stdout
+
+
+def test_other_live_writers_of_this_machine_share_its_cores(tmp_path):
+    """``sago run`` lets ONNX Runtime's threads sleep instead of spin when another live process of this
+    machine writes the same file (of any run); a dead one, or one on another machine, does not count."""
+    db = tmp_path / "c.duckdb"
+    mine = _claims(db, "a", os.getpid())
+    _claims(db, "b", _dead_pid())
+    elsewhere = Worker("other-host:1:x", "other-host", 1, "sago run (elsewhere)")
+    far = Claims(SharedFile(db), "run-2", elsewhere, ClaimSettings(heartbeat_s=60))
+    with far.file.step() as store, store.transaction():
+        far.register(store, UNITS)
+    with mine.file.step() as store:
+        assert mine.others_here(store) is False
+    here = Worker(f"{os.uname().nodename}:{os.getpid()}:c", os.uname().nodename, os.getpid(), "sago run (c)")
+    other_run = Claims(SharedFile(db), "run-2", here, ClaimSettings(heartbeat_s=60))
+    with other_run.file.step() as store, store.transaction():
+        other_run.register(store, UNITS)
+    with mine.file.step() as store:
+        assert mine.others_here(store) is True
+        assert other_run.others_here(store) is True
