@@ -262,24 +262,33 @@ class _Writer:
             data = self.plan.datasets[outcome.dataset_id]
             where = f"{outcome.checkpoint} × {data.name}"
             if isinstance(outcome, ChunkOutcome):
-                self._chunk(outcome, data, where)
                 before = examples_done.get(outcome.unit_id)
                 if before is None:  # resumed units start from their committed chunks (read when claimed)
                     before = len(resume[outcome.unit_id].example_ids) if outcome.unit_id in resume else 0
                 examples_done[outcome.unit_id] = before + outcome.n_examples
                 total = len(data.examples)
                 total = min(total, self.config.budget) if self.config.budget is not None else total  # at most
-                self.shown.examples(where, examples_done[outcome.unit_id], total, outcome.unit_id)
+                shown = partial(
+                    self.shown.examples, where, examples_done[outcome.unit_id], total, outcome.unit_id
+                )
+                self._chunk(outcome, data, where, shown)
             else:
                 self._unit(outcome, data, where)
 
-    def _chunk(self, outcome: ChunkOutcome, data: Dataset, where: str) -> None:
+    def _chunk(self, outcome: ChunkOutcome, data: Dataset, where: str, shown: Callable[[], None]) -> None:
+        """Build the chunk's rows and hand their commit to the committer; ``shown`` (the progress: these
+        examples are committed) follows the commit."""
         run_id, chunk = self.plan.run_id, outcome.records
         rows = build.chunk_rows(
             run_id, outcome.unit_id, data, outcome.model, chunk, self.config.sequential, outcome.comparisons
         )
         write = partial(self.sink.write_chunk, run_id, outcome.unit_id, chunk.index, rows)
-        self.committer.submit(partial(_write, self.sink, where, write))
+
+        def commit() -> None:
+            _write(self.sink, where, write)
+            shown()
+
+        self.committer.submit(commit)
 
     def _unit(self, outcome: UnitOutcome, data: Dataset, where: str) -> None:
         self.committer.drain()  # the unit's chunks are in the file before it is finished or released
@@ -297,11 +306,11 @@ class _Writer:
     def close(self, interrupted: bool) -> None:
         """Record how the run ended ("unscored": every unit is done and the statistics are still to come,
         or left to `sago stats`) and close the sink."""
-        self.shown.close()
         try:  # what was computed is kept, a Ctrl-C included
             self.committer.close()
         except Exception as exc:  # an error is already on its way (or this one was raised before)
             log.warning("could not commit the last chunks of run %s: %s", self.plan.run_id, exc)
+        self.shown.close()
         complete = not self.failed and len(self.results) == len(self.by_id)  # the file may say more
         status = "interrupted" if interrupted else "unscored" if complete else "failed"
         try:
