@@ -122,25 +122,21 @@ def run_lmeval_cli(argv: Sequence[str]) -> None:
         raise InputError("lm-eval is not installed: pip install 'sago_fast[lmeval]'") from None
     runs = [("", ["-h"])] if "-h" in argv else lmeval_argvs(argv)  # -h: lm-eval's own flags
     with task_index_built_once() if len(runs) > 1 else nullcontext():
-        _run_each(runs, HarnessCLI)
-
-
-def _run_each(runs: list[tuple[str, list[str]]], harness: Any) -> None:
-    for n, (checkpoint, args) in enumerate(runs, start=1):
-        if len(runs) > 1:
-            log.warning("checkpoint %d of %d: %s", n, len(runs), checkpoint)
-        saved = sys.argv
-        sys.argv = ["lm-eval", "run", *args]
-        try:
-            cli = harness()
-            cli.execute(cli.parse_args())
-        except SagoError:
-            raise
-        except Exception as exc:  # lm-eval's own errors (a task it cannot load, ...): one line too
-            first = (str(exc).splitlines() or [""])[0]
-            raise InputError(f"lm-eval stopped on {checkpoint}: {type(exc).__name__}: {first}") from exc
-        finally:
-            sys.argv = saved
+        for n, (checkpoint, args) in enumerate(runs, start=1):
+            if len(runs) > 1:
+                log.warning("checkpoint %d of %d: %s", n, len(runs), checkpoint)
+            saved = sys.argv
+            sys.argv = ["lm-eval", "run", *args]
+            try:
+                cli = HarnessCLI()
+                cli.execute(cli.parse_args())
+            except SagoError:
+                raise
+            except Exception as exc:  # lm-eval's own errors (a task it cannot load, ...): one line too
+                first = (str(exc).splitlines() or [""])[0]
+                raise InputError(f"lm-eval stopped on {checkpoint}: {type(exc).__name__}: {first}") from exc
+            finally:
+                sys.argv = saved
 
 
 def evaluate_each(pretrained: str, model_args: str = "", **simple_evaluate: Any) -> dict[str, Any]:

@@ -23,6 +23,7 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from sago_fast import defaults
 from sago_fast.store.liveness import dead_reason, start_ticks, utc_now
@@ -186,21 +187,25 @@ class Claims:
         )
 
     # -- claims ---------------------------------------------------------------------------------------
-    def live_workers(self, store: Store) -> dict[str, str]:
-        """The run's live workers: worker id -> "PID n on HOST"."""
-        _, rows = store.query(_LIVE_WORKERS, {"run": self.run_id})
+    def _alive(self, store: Store, sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+        """The worker rows (worker_id, host, pid, state, heartbeat_at) ``sql`` selects whose process lives."""
+        _, rows = store.query(sql, params)
         now, stale = utc_now(), self.settings.stale_after_s
-        return {
-            worker_id: f"PID {pid} on {host}"
+        return [
+            (worker_id, host, pid, state, heartbeat)
             for worker_id, host, pid, state, heartbeat in rows
             if not dead_reason(worker_id, host, pid, state, heartbeat, stale, now)
-        }
+        ]
+
+    def live_workers(self, store: Store) -> dict[str, str]:
+        """The run's live workers: worker id -> "PID n on HOST"."""
+        rows = self._alive(store, _LIVE_WORKERS, {"run": self.run_id})
+        return {worker_id: f"PID {pid} on {host}" for worker_id, host, pid, _, _ in rows}
 
     def others_here(self, store: Store) -> bool:
         """Whether another live process of this machine writes the file (any run): they share its cores."""
-        _, rows = store.query(_WORKERS_OF_HOST, {"host": self.worker.host, "me": self.worker.worker_id})
-        now, stale = utc_now(), self.settings.stale_after_s
-        return any(not dead_reason(*row, stale, now) for row in rows)
+        me = {"host": self.worker.host, "me": self.worker.worker_id}
+        return bool(self._alive(store, _WORKERS_OF_HOST, me))
 
     def held_elsewhere(self, store: Store, unit_ids: Sequence[str]) -> bool:
         """Whether another live worker holds a claim on any of ``unit_ids``."""
