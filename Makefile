@@ -24,8 +24,10 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/sago demo
 
+# Tests run in parallel processes (pytest-xdist: one per CPU, at most 4; tests/conftest.py says how fixtures
+# are shared); `$(PY) -m pytest tests` runs them in one.
 test: $(STAMP) browser
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q -n auto --maxprocesses 4 --dist loadgroup tests
 
 # The report test opens the HTML in a real headless Chromium (Debian's package; as root when apt exists).
 browser:

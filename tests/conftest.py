@@ -1,4 +1,10 @@
-"""Shared fixtures: tiny checkpoints built locally (no network), an isolated export cache."""
+"""Shared fixtures: tiny checkpoints built locally (no network), an isolated export cache.
+
+``make test`` runs the tests in parallel processes (pytest-xdist, ``--dist loadgroup``). The folders the
+session fixtures build (checkpoints, export caches, the real model's conversion, the demo) are built once
+for all of them (:func:`built_once`); a module whose module-scoped fixtures are expensive keeps its tests in
+one process with ``pytestmark = pytest.mark.xdist_group(...)``.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from sago_fast.checkpoints.tiny import ARCHITECTURES, TinySize, build_tiny_checkpoint, train_tokenizer
+from tests.built_once import built_once
 
 TEST_SIZE = TinySize(max_positions=512)  # long enough for few-shot variants
 
@@ -36,24 +43,26 @@ def tokenizer():
 @pytest.fixture(scope="session")
 def checkpoints(tmp_path_factory: pytest.TempPathFactory, tokenizer) -> dict[str, Path]:
     """One tiny random checkpoint per registered architecture."""
-    root = tmp_path_factory.mktemp("checkpoints")
-    return {
-        arch: build_tiny_checkpoint(arch, root / arch, TEST_SIZE, tokenizer=tokenizer)
-        for arch in ARCHITECTURES
-    }
+
+    def build(root: Path) -> None:
+        for arch in ARCHITECTURES:
+            build_tiny_checkpoint(arch, root / arch, TEST_SIZE, tokenizer=tokenizer)
+
+    root = built_once(tmp_path_factory, "checkpoints", build)
+    return {arch: root / arch for arch in ARCHITECTURES}
 
 
 @pytest.fixture(scope="session")
 def smol_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The real model's cache root for the session: converted GGUF files in gguf/, exports in exports/
-    (converted and exported once, whichever test module needs it first)."""
-    return tmp_path_factory.mktemp("smollm2")
+    (converted and exported once, whichever test needs it first; the caches lock their own entries)."""
+    return built_once(tmp_path_factory, "smollm2")
 
 
 @pytest.fixture(scope="session")
 def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A session-wide export cache, so each architecture is exported once for the whole test run."""
-    return tmp_path_factory.mktemp("export-cache")
+    return built_once(tmp_path_factory, "export-cache")
 
 
 @pytest.fixture

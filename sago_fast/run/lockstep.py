@@ -21,7 +21,7 @@ from sago_fast.run.driver import NOTHING_DONE
 from sago_fast.run.executors import Work
 from sago_fast.run.plan import Plan, Unit
 from sago_fast.run.separation import SeparationMonitor, Side
-from sago_fast.run.sequential import ACCURACY, visited_variants
+from sago_fast.run.sequential import visited_variants
 from sago_fast.store.rows import decode_values
 from sago_fast.store.store import ChunksDone
 
@@ -95,17 +95,7 @@ def lockstep_outcomes(work: Work) -> Iterator[ChunkOutcome | UnitOutcome]:
         if isinstance(outcome, ChunkOutcome):
             stream.examples += outcome.n_examples
             grown = monitor.add(outcome.unit_id, outcome.records.followed or {})
-            for bounds in grown:
-                if bounds.metric == ACCURACY:
-                    log.info(
-                        "%s: %d paired examples, accuracy difference %+.3f [%.3f, %.3f]",
-                        plan.datasets[bounds.dataset_id].name,
-                        bounds.n_examples,
-                        bounds.estimate,
-                        bounds.lower,
-                        bounds.upper,
-                    )
-            if grown:
+            if grown:  # committed with the chunk, and said then (say_committed)
                 outcome = replace(outcome, comparisons=tuple(grown))
         else:
             if outcome.end is None:

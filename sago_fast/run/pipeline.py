@@ -23,6 +23,7 @@ from sago_fast.run.config import RunConfig
 from sago_fast.run.executors import EXECUTORS, Work
 from sago_fast.run.plan import Plan, Unit, parse_shard, plan_run
 from sago_fast.run.progress import RunProgress
+from sago_fast.run.separation import say_committed
 from sago_fast.run.sinks import DuckDBSink, ParquetShardSink, Sink
 from sago_fast.runinfo import run_row
 from sago_fast.runtime.light import start_without_torch_if_exported
@@ -287,6 +288,7 @@ class _Writer:
         def commit() -> None:
             _write(self.sink, where, write)
             shown()
+            say_committed(data.name, outcome.comparisons)
 
         self.committer.submit(commit)
 

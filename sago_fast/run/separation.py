@@ -21,6 +21,7 @@ examples, and a resumed run reaches the same stopping points as an uninterrupted
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
@@ -39,6 +40,8 @@ from sago_fast.run.sequential import (
     metric_sequence,
     own_precision,
 )
+
+log = logging.getLogger(__name__)
 
 
 def family_alpha(alpha: float, n_comparisons: int) -> float:
@@ -75,6 +78,20 @@ class PairBounds(MetricBounds):
 
     def settled(self, precision: float) -> bool:
         return self.sign != 0 or self.half_width <= precision
+
+
+def say_committed(dataset: str, grown: Sequence[PairBounds]) -> None:
+    """Log the accuracy comparisons a chunk grew, once the chunk (and they) are in the results file."""
+    for bounds in grown:
+        if bounds.metric == ACCURACY:
+            log.info(
+                "%s: %d paired examples, accuracy difference %+.3f [%.3f, %.3f]",
+                dataset,
+                bounds.n_examples,
+                bounds.estimate,
+                bounds.lower,
+                bounds.upper,
+            )
 
 
 @dataclass

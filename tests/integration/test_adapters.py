@@ -21,6 +21,8 @@ from tests.adapters import (
 
 peft = pytest.importorskip("peft")
 
+pytestmark = pytest.mark.xdist_group("adapters")  # module fixtures: built once, in one process
+
 TEXTS = ["What is 12 + 7?", "Which colour is the sky? The answer is", "Reverse the word 'stone'."]
 TOL = 1e-4
 SIZE = TinySize(hidden=64, layers=2, heads=4, kv_heads=2, intermediate=96)

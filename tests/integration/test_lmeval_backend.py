@@ -18,6 +18,8 @@ from tests.real_model import GGUF, needs_smol
 
 lm_eval = pytest.importorskip("lm_eval")
 
+pytestmark = pytest.mark.xdist_group("lmeval_backend")  # module fixtures: built once, in one process
+
 DATA = Path(__file__).resolve().parents[1] / "data" / "mmlu"
 TOL = 1e-4
 LETTER_TEXT = "{{question.strip()}}\nA. {{choices[0]}}\nB. {{choices[1]}}\nC. {{choices[2]}}\nD. {{choices[3]}}\nAnswer:"

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.built_once import built_once
+
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 SKIP = re.compile(r"<!-- readme-test: skip: (?P<reason>[^>]+?) -->\s*$")
@@ -64,20 +66,22 @@ BLOCKS = readme_blocks()
 
 @pytest.fixture(scope="session")
 def demo_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A folder where `sago demo` ran as a new user runs it (README: `make demo`)."""
-    folder = tmp_path_factory.mktemp("readme")
-    (folder / "tmp").mkdir()
-    done = subprocess.run(
-        [str(Path(sys.executable).parent / "sago"), "demo"],
-        cwd=folder,
-        env=_env(folder),
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    (folder / "demo-stdout.txt").write_text(done.stdout, encoding="utf-8")
-    return folder
+    """A folder where `sago demo` ran as a new user runs it (README: `make demo`), once for the test run."""
+
+    def demo(folder: Path) -> None:
+        (folder / "tmp").mkdir()
+        done = subprocess.run(
+            [str(Path(sys.executable).parent / "sago"), "demo"],
+            cwd=folder,
+            env=_env(folder),
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        (folder / "demo-stdout.txt").write_text(done.stdout, encoding="utf-8")
+
+    return built_once(tmp_path_factory, "readme", demo)
 
 
 def _env(folder: Path) -> dict[str, str]:

@@ -23,7 +23,7 @@ from sago_fast.runtime.prompting import PromptFormat, model_prompts
 from sago_fast.variants import VariantConfig, generate_variants
 from tests.real_model import GGUF, needs_smol
 
-pytestmark = needs_smol
+pytestmark = [needs_smol, pytest.mark.xdist_group("real_model")]  # module fixtures: once, in one process
 TOL = 1e-4
 
 QUESTIONS = [  # (question, options, gold)

@@ -16,6 +16,8 @@ from sago_fast.runtime.free_answers import extract_answer
 from sago_fast.runtime.scoring import encode_pair
 from sago_fast.store import Store
 
+pytestmark = pytest.mark.xdist_group("run_generation")  # module fixtures: built once, in one process
+
 NEW = 6
 
 

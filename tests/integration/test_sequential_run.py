@@ -11,6 +11,8 @@ from sago_fast.run import RunConfig, run
 from tests.integration.test_streaming import table_rows as rows
 from tests.integration.test_units import sago_cmd, sigkill_at
 
+pytestmark = pytest.mark.xdist_group("sequential_run")  # module fixtures: built once, in one process
+
 PRECISION = 0.3
 LIMIT = 120
 # each followed metric's final sequence (attached as ``seq``) beside the full run's mean (main)

@@ -18,6 +18,8 @@ from sago_fast.run.stream_settings import StreamSettings
 from sago_fast.runtime.batching import BatchPolicy
 from sago_fast.variants import VariantConfig, generate_variants
 
+pytestmark = pytest.mark.xdist_group("streaming")  # module fixtures: built once, in one process
+
 FAMILIES = ("typo", "option_permutation", "wrong_hint", "casing")
 KEYS = {
     "outputs": ("example_id", "variant_id", "replicate"),

@@ -17,6 +17,8 @@ from sago_fast.run import RunConfig, run
 from sago_fast.run.merge import merge_shards
 from sago_fast.run.plan import expand_models, plan_run
 
+pytestmark = pytest.mark.xdist_group("units")  # module fixtures: built once, in one process
+
 TABLES = (
     "runs",
     "models",

@@ -11,6 +11,8 @@ from scipy import stats
 from sago_fast.stats import StatsConfig
 from sago_fast.stats.methods import paired_mean_difference
 
+pytestmark = pytest.mark.xdist_group("paired_level")  # module fixtures: built once, in one process
+
 CONFIG = StatsConfig(n_resamples=500, seed=0)
 SIMULATIONS = 400
 LEVEL = 0.05
