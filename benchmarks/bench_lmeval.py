@@ -26,7 +26,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -87,10 +89,61 @@ def shared_prefixes(db: Path, folder: Path) -> tuple[dict[str, float], float]:
     return {family: float(np.mean(v)) for family, v in sorted(shares.items())}, tree / total
 
 
-def tokens_through_model(folder: Path, data: Path, cache: Path) -> tuple[float, float, float]:
-    """(tokens through the model per output, prompt tokens per output, tokens/s of the answering) of the
-    run's answering, in this process: every variant (prefix trees, option blocks) and the canonical
-    replicates, one at a time; the answering is ONNX Runtime's passes and their inputs and outputs."""
+class ReplayedSession:
+    """An ONNX Runtime session that runs every call twice: the call as the run makes it (timed), then the
+    same call again at once, the same inputs (the engine alone on the run's own shapes, timed apart). The
+    run sees the first call's outputs only."""
+
+    def __init__(self, session: Any) -> None:
+        self._session = session
+        self.calls = 0
+        self.run_s = 0.0  # the run's own calls
+        self.replay_s = 0.0  # the same calls again
+
+    def run(self, names: Any, feeds: dict[str, Any], *args: Any) -> Any:
+        start = time.perf_counter()
+        out = self._session.run(names, feeds, *args)
+        ran = time.perf_counter()
+        self._session.run(names, feeds, *args)
+        self.replay_s += time.perf_counter() - ran
+        self.run_s += ran - start
+        self.calls += 1
+        return out
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._session, name)
+
+
+@dataclass(frozen=True)
+class Answering:
+    """The run's answering of every variant (prefix trees, option blocks) and of the canonical replicates,
+    in one process, its ONNX Runtime calls replayed (:class:`ReplayedSession`)."""
+
+    through: int  # tokens through the model
+    prompt: int  # prompt tokens of the outputs
+    outputs: int
+    seconds: float  # the answering, replays excluded
+    ort_s: float  # of which in ONNX Runtime calls
+    replay_s: float  # the same calls again, alone
+    calls: int
+
+    def report(self, isolated: float) -> list[str]:
+        in_run, same_shapes = self.through / self.seconds, self.through / self.replay_s
+        return [
+            f"  tokens through the model per output: {self.through / self.outputs:.0f} for prompts of "
+            f"{self.prompt / self.outputs:.0f} ({self.through / self.prompt:.2f}x: prefix trees per example, "
+            "each 4-option variant's options in one block row)",
+            f"  in-run answering {in_run:.0f} tokens/s = {in_run / isolated:.0%} of ONNX Runtime alone on "
+            f"16 x 100 tokens ({isolated:.0f} tokens/s, sago bench)",
+            f"  the same {self.calls} ONNX Runtime calls replayed alone (the run's own shapes): "
+            f"{same_shapes:.0f} tokens/s; in-run = {in_run / same_shapes:.0%} of it (target >= 90%); "
+            f"ONNX Runtime calls are {self.ort_s / self.seconds:.0%} of the answering's "
+            f"{self.seconds:.1f} s, the rest is sago's own work between calls",
+        ]
+
+
+def answering(folder: Path, data: Path, cache: Path) -> Answering:
+    """:class:`Answering` of the run on ``data`` (its plan, one variant per family, every item)."""
     import sago_fast
     from sago_fast.run.config import RunConfig
     from sago_fast.run.plan import plan_run
@@ -107,15 +160,44 @@ def tokens_through_model(folder: Path, data: Path, cache: Path) -> tuple[float, 
     dataset = next(iter(plan.datasets.values()))
     variants = plan.variants[dataset.dataset_id]
     with sago_fast.load_model(folder, cache_dir=cache) as model:
-        settings = config.answer_settings
-        start = time.perf_counter()
-        first, again = answer_chunk(model, dataset.examples, variants, settings)
-        seconds = time.perf_counter() - start
+        replayed = ReplayedSession(model.session)
+        model.session = replayed
+        try:
+            start = time.perf_counter()
+            first, again = answer_chunk(model, dataset.examples, variants, config.answer_settings)
+            seconds = time.perf_counter() - start - replayed.replay_s
+        finally:
+            model.session = replayed._session
         canonical = [v for v in variants if v.is_canonical]
-        outputs = len(variants) + len(canonical)
         prompt = sum(len(ids) for ids in model.tokenize([v.prompt for v in [*variants, *canonical]]))
-    through = first.tokens_processed + again.tokens_processed
-    return through / outputs, prompt / outputs, through / seconds
+    return Answering(
+        through=first.tokens_processed + again.tokens_processed,
+        prompt=prompt,
+        outputs=len(variants) + len(canonical),
+        seconds=seconds,
+        ort_s=replayed.run_s,
+        replay_s=replayed.replay_s,
+        calls=replayed.calls,
+    )
+
+
+def ort_bench(folder: Path, cache: Path, work: Path, env: dict[str, str]) -> float:
+    """ONNX Runtime's prefill tokens/s alone on 16 prompts of 100 tokens (``sago bench``)."""
+    bench_json = work / "ort-bench.json"
+    sizes = ["--batch-sizes", "16", "--seq-lens", "100", "--gen-batch-sizes", "1", "--gen-tokens", "2"]
+    command = [
+        sys.executable,
+        "-m",
+        "sago_fast.cli.app",
+        "bench",
+        "-m",
+        str(folder),
+        "--json",
+        str(bench_json),
+    ]
+    subprocess.run([*command, *sizes, "--cache-dir", str(cache)], check=True, capture_output=True, env=env)
+    probe = next(r for r in json.loads(bench_json.read_text())["results"] if r["job"] == "probe")
+    return float(probe["engines"]["sago"]["tokens_per_s"])
 
 
 def write_task(work: Path, rows: list[dict]) -> Path:
@@ -177,6 +259,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "sago-bench-lmeval")
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument(
+        "--answering-only",
+        action="store_true",
+        help="only the in-process answering: tokens through the model, in-run against replayed tokens/s",
+    )
     args = parser.parse_args()
     gguf = smollm2_gguf()
     from sago_fast.checkpoints.resolve import resolve_checkpoint
@@ -190,6 +277,11 @@ def main() -> None:
         data = mmlu_like(work / f"mmlu-like-{args.items}.csv", args.items)
     else:
         data = mmlu_sample(work / f"mmlu-{args.items}", args.items)
+    if args.answering_only:
+        isolated = ort_bench(folder, cache, work, env)
+        for line in answering(folder, data, cache).report(isolated):
+            print(line)
+        return
     warm = work / "warm.duckdb"
     if warm.exists():
         warm.unlink()
@@ -208,26 +300,7 @@ def main() -> None:
     with Store(db, read_only=True) as store:
         _, stats = store.query("SELECT count(*), sum(n_prompt_tokens) FROM outputs")
     n_outputs, prompt_tokens = stats[0]
-    bench_json = work / "ort-bench.json"
-    sizes = ["--batch-sizes", "16", "--seq-lens", "100", "--gen-batch-sizes", "1", "--gen-tokens", "2"]
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "sago_fast.cli.app",
-            "bench",
-            "-m",
-            str(folder),
-            "--json",
-            str(bench_json),
-            *sizes,
-            "--cache-dir",
-            str(cache),
-        ],
-        check=True,
-        capture_output=True,
-        env=env,
-    )
+    isolated = ort_bench(folder, cache, work, env)
     med_sago, med_lmeval = statistics.median(sago_s), statistics.median(lmeval_s)
     print(
         f"SmolLM2-135M-Instruct fp32 on CPU ({os.cpu_count()} cores), {args.items} "
@@ -238,22 +311,13 @@ def main() -> None:
     print(f"  sago run, every family, k=1 ({n_outputs} outputs incl. replicates, 4 axes): {med_sago:6.1f} s")
     print(f"  ratio sago / lm-eval: {med_sago / med_lmeval:.2f}x (target <= 1.5x)")
     print(f"  canonical cloze log-likelihoods, max |sago - lm-eval|: {gap:.2e} (must be <= 1e-4)")
-    probe = next(r for r in json.loads(bench_json.read_text())["results"] if r["job"] == "probe")
     print(
         f"  prompt tokens per output {prompt_tokens / n_outputs:.0f}; the whole run's prompt tokens/s "
         f"{prompt_tokens / med_sago:.0f} (every pass, start-up included) vs ONNX Runtime alone "
-        f"{probe['engines']['sago']['tokens_per_s']:.0f} tokens/s (sago bench, 16 x 100 tokens)"
+        f"{isolated:.0f} tokens/s (sago bench, 16 x 100 tokens)"
     )
-    through, prompt, in_run = tokens_through_model(folder, data, cache)
-    isolated = probe["engines"]["sago"]["tokens_per_s"]
-    print(
-        f"  tokens through the model per output: {through:.0f} for prompts of {prompt:.0f} "
-        f"({through / prompt:.2f}x: prefix trees per example, each 4-option variant's options in one block row)"
-    )
-    print(
-        f"  in-run answering {in_run:.0f} tokens/s = {in_run / isolated:.0%} of ONNX Runtime alone "
-        f"({isolated:.0f} tokens/s, 16 x 100 tokens)"
-    )
+    for line in answering(folder, data, cache).report(isolated):
+        print(line)
     shares, tree = shared_prefixes(db, folder)
     print("  prompt tokens a rendering shares as a prefix with its canonical prompt, per family:")
     print("    " + ", ".join(f"{family} {share:.2f}" for family, share in shares.items()))
