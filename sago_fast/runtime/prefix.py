@@ -121,6 +121,18 @@ def score_on_prefix(
     return out, tokens
 
 
+def first_token_logprobs(
+    next_logprobs: np.ndarray, continuations: Sequence[Sequence[Sequence[int]]]
+) -> list[list[np.ndarray]]:
+    """[r][j] -> the log-prob of continuation j's first token after prompt r, as a (1,) float64 array
+    ((0,) for an empty continuation): what a one-token continuation's score is, with no pass on the
+    cache. next_logprobs: (b, vocab); continuations[r]: token lists continuing prompt r."""
+    return [
+        [np.array([next_logprobs[r, c[0]]], dtype=np.float64) if c else np.empty(0) for c in conts]
+        for r, conts in enumerate(continuations)
+    ]
+
+
 def score_in_blocks(
     run: Run,
     cache: KVCache,
@@ -136,10 +148,7 @@ def score_in_blocks(
     (b, P); next_logprobs: (b, vocab); continuations[r]: token lists continuing prompt r.
     Returns ([r][j] -> (len,) float64, tokens processed by the block passes).
     """
-    out: list[list[np.ndarray]] = [
-        [np.array([next_logprobs[r, c[0]]], dtype=np.float64) if c else np.empty(0) for c in conts]
-        for r, conts in enumerate(continuations)
-    ]
+    out = first_token_logprobs(next_logprobs, continuations)
     # row r: every continuation longer than one token without its last token (it predicts nothing),
     # back to back, segment k + 1 for the k-th of them; each position's target is its continuation's next
     # token. One masked pad column closes every row: T = new - 1 targets then cover every real position.

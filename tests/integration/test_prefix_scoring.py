@@ -67,6 +67,35 @@ def test_option_blocks_split_over_passes_equal_whole_sequences(checkpoints, cach
         np.testing.assert_allclose(on_cache, full, atol=TOL, rtol=0)
 
 
+@pytest.mark.parametrize("arch", ["llama", "mistral"])  # option blocks, and one row per continuation
+def test_one_token_continuations_need_no_pass_on_the_cache(arch, checkpoints, cache_dir, monkeypatch):
+    """lm-eval's letter answers: every continuation one token (and one empty). They are read off the
+    prefill's next-token distribution: no KV cache leaves ONNX Runtime and no pass runs on it, and the
+    values equal whole-sequence scoring and HF eager."""
+    model = sago_fast.load_model(checkpoints[arch], cache_dir=cache_dir, batch_policy=BatchPolicy(24, 2))
+    hf = AutoModelForCausalLM.from_pretrained(
+        checkpoints[arch], dtype=torch.float32, attn_implementation="eager"
+    )
+    continuations = [[[20], [21], [22], [23]], [[30], []], [[31], [32]]]
+    asked = []
+    run = model._run
+    monkeypatch.setattr(
+        model, "_run", lambda feeds, cache=False: asked.append(cache) or run(feeds, cache=cache)
+    )
+    result = model.prefill(PROMPTS, continuations)
+    assert asked and not any(asked)  # prefill passes only, none of them handing out its cache
+    assert result.tokens_processed == sum(map(len, PROMPTS))
+    for prompt, conts, scored in zip(PROMPTS, continuations, result.continuation_logprobs, strict=True):
+        for cont, on_prefill in zip(conts, scored, strict=True):
+            assert on_prefill.shape == (len(cont),)
+            if cont:
+                np.testing.assert_allclose(on_prefill, hf_token_logprobs(hf, prompt, cont), atol=TOL, rtol=0)
+    whole = model.target_logprobs([PROMPTS[0] + c for c in continuations[0]], [1] * 4)
+    np.testing.assert_allclose(
+        np.concatenate(result.continuation_logprobs[0]), np.concatenate(whole), atol=TOL
+    )
+
+
 def test_generation_continues_from_the_prefill(checkpoints, cache_dir):
     model = sago_fast.load_model(checkpoints["qwen2"], cache_dir=cache_dir)
     settings = GenerationSettings(max_new_tokens=6, stop=())
