@@ -70,6 +70,18 @@ def _block_groups(widths: np.ndarray, active: np.ndarray, vocab: int) -> list[sl
     return groups
 
 
+def first_token_logprobs(
+    next_logprobs: np.ndarray, continuations: Sequence[Sequence[Sequence[int]]]
+) -> list[list[np.ndarray]]:
+    """[r][j] -> the log-prob of continuation j's first token after prompt r, as a (1,) float64 array
+    ((0,) for an empty continuation): what a one-token continuation's score is, with no pass on the
+    cache. next_logprobs: (b, vocab); continuations[r]: token lists continuing prompt r."""
+    return [
+        [np.array([next_logprobs[r, c[0]]], dtype=np.float64) if c else np.empty(0) for c in conts]
+        for r, conts in enumerate(continuations)
+    ]
+
+
 def score_on_prefix(
     run: Run,
     presents: dict[str, np.ndarray],
@@ -86,14 +98,9 @@ def score_on_prefix(
     left-padded prompts; next_logprobs: (b, vocab); continuations[r]: token lists continuing prompt r.
     Returns ([r][j] -> (len,) float64, tokens processed by the block passes).
     """
-    out: list[list[np.ndarray]] = [[np.empty(0)] * len(c) for c in continuations]
-    rows: list[tuple[int, int]] = []  # (prompt row, continuation index) scored by a block pass
-    for r, conts in enumerate(continuations):
-        for j, cont in enumerate(conts):
-            if len(cont) == 1:
-                out[r][j] = np.array([next_logprobs[r, cont[0]]], dtype=np.float64)
-            elif len(cont) > 1:
-                rows.append((r, j))
+    out = first_token_logprobs(next_logprobs, continuations)  # longer ones are scored whole below
+    # (prompt row, continuation index) scored by a block pass
+    rows = [(r, j) for r, conts in enumerate(continuations) for j, cont in enumerate(conts) if len(cont) > 1]
     if not rows:
         return out, 0
     prefix = mask.shape[1] - 1
@@ -119,18 +126,6 @@ def score_on_prefix(
             out[r][j] = logp[row, logp.shape[1] - k :].astype(np.float64)
         tokens += int(block_mask.sum())
     return out, tokens
-
-
-def first_token_logprobs(
-    next_logprobs: np.ndarray, continuations: Sequence[Sequence[Sequence[int]]]
-) -> list[list[np.ndarray]]:
-    """[r][j] -> the log-prob of continuation j's first token after prompt r, as a (1,) float64 array
-    ((0,) for an empty continuation): what a one-token continuation's score is, with no pass on the
-    cache. next_logprobs: (b, vocab); continuations[r]: token lists continuing prompt r."""
-    return [
-        [np.array([next_logprobs[r, c[0]]], dtype=np.float64) if c else np.empty(0) for c in conts]
-        for r, conts in enumerate(continuations)
-    ]
 
 
 def score_in_blocks(
