@@ -20,6 +20,7 @@ from sago_fast.checkpoints.resolve import Checkpoint, resolve_checkpoint
 from sago_fast.errors import InputError
 from sago_fast.exporters.cache import ExportCache, ExportedModel
 from sago_fast.runtime.batching import BatchPolicy, left_pad, plan_batches, run_with_backoff
+from sago_fast.runtime.chunked import CPU_PREFILL_CHUNK, run_chunked
 from sago_fast.runtime.generate import (
     Generation,
     GenerationSettings,
@@ -70,6 +71,8 @@ class SagoModel:
     pinned: tuple[Any, ...] = ()  # OrtValues the session reads (a LoRA adapter's weights): kept alive
     # prompts sharing this many leading tokens prefill them once (0: off; see runtime/shared_prefix.py)
     prefix_sharing: int = MIN_SHARED_TOKENS
+    # prefill passes wider than this many new tokens run in chunks (0: whole; see runtime/chunked.py)
+    prefill_chunk: int = 0
     _row_gather: RowGather | None = field(default=None, repr=False)  # selects cache rows on the device
 
     @property
@@ -245,7 +248,7 @@ class SagoModel:
 
         def run_batch(batch: np.ndarray) -> None:
             ids, mask = left_pad([token_ids[i] for i in batch], self.pad_id)
-            out = self._run(prefill_feeds(self.session, ids, mask), cache=cache)
+            out = run_chunked(self, ids, mask, None, cache=cache, chunk=self.prefill_chunk)
             on_prefill(batch, ids, mask, out)
 
         trees = prefix_trees(token_ids, self.prefix_sharing, share_keys) if self.has_kv_cache else []
@@ -446,6 +449,7 @@ def load_model(
         provider=provider,
         batch_policy=batch_policy or BatchPolicy(),
         session_options=options,
+        prefill_chunk=CPU_PREFILL_CHUNK if resolved == "cpu" else 0,
         pinned=tuple(pinned.values()),
     )
 

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from sago_fast.runtime.batching import left_pad, plan_batches, run_with_backoff
-from sago_fast.runtime.generate import continue_feeds, prefill_feeds
+from sago_fast.runtime.chunked import run_chunked
 from sago_fast.runtime.kv_cache import KVCache
 from sago_fast.runtime.shared_prefix import PrefixTree, combined_mean
 
@@ -116,12 +116,13 @@ def _next_piece(call: _Call, trees: list[PrefixTree], piece: int, prefix: _Prefi
     parts = [token_ids[t.anchor][(t.ends[piece - 1] if piece else 0) : t.ends[piece]] for t in trees]
     ids, new_mask = left_pad(parts, model.pad_id)  # (rows, w) each
     if prefix is None:
-        mask, feeds = new_mask, prefill_feeds(model.session, ids, new_mask)
+        mask, past = new_mask, None
     else:
         mask = np.concatenate([prefix.mask, new_mask], axis=1)
-        feeds = continue_feeds(model.session, ids, mask, prefix.cache.rows(slice(None)))  # every row: no copy
+        past = prefix.cache.rows(slice(None))  # every row: no copy
+    out = run_chunked(model, ids, mask, past, cache=True, chunk=model.prefill_chunk)
+    if prefix is not None:
         ids = np.concatenate([prefix.ids, ids], axis=1)
-    out = model._run(feeds, cache=True)
     n_new = new_mask.sum(1)  # (rows,)
     call.tokens["prefill"] += int(n_new.sum())
     sums = out["hidden_mean"].astype(np.float64) * n_new[None, :, None]
@@ -170,8 +171,8 @@ def _continue(call: _Call, prefix: _Prefix, continuing: list[tuple[int, int]], b
         [token_ids[i][int(n) :] for i, n in zip(prompts, shared, strict=True)], model.pad_id
     )
     mask = np.concatenate([prefix.mask[owners], own_mask], axis=1)  # (rows, prefix + own)
-    feeds = continue_feeds(model.session, own_ids, mask, prefix.cache.rows(owners))
-    result = model._run(feeds, cache=call.keep_cache)
+    past = prefix.cache.rows(owners)
+    result = run_chunked(model, own_ids, mask, past, cache=call.keep_cache, chunk=model.prefill_chunk)
     result["hidden_mean"] = combined_mean(
         prefix.mean()[:, owners], shared, result["hidden_mean"], own_mask.sum(1)
     )
