@@ -53,6 +53,15 @@ def test_combined_mean_is_the_mean_of_the_whole():
     np.testing.assert_allclose(got, whole.mean(2), rtol=1e-6, atol=1e-6)
 
 
+def assert_same_prefill(shared, alone):
+    """Pooled states, next-token distributions and option log-probs of two prefills within 1e-4."""
+    for name in ("hidden_last", "hidden_mean", "next_logprobs"):
+        np.testing.assert_allclose(getattr(shared.probe, name), getattr(alone.probe, name), atol=1e-4, rtol=0)
+    for ours, theirs in zip(shared.continuation_logprobs, alone.continuation_logprobs, strict=True):
+        for x, y in zip(ours, theirs, strict=True):
+            np.testing.assert_allclose(x, y, atol=1e-4, rtol=0)
+
+
 @pytest.mark.parametrize("arch", ["llama", "gpt2"])
 def test_prefill_through_shared_prefixes_equals_one_without(arch, checkpoints, cache_dir):
     model = sago_fast.load_model(checkpoints[arch], cache_dir=cache_dir)
@@ -82,11 +91,7 @@ def test_prefill_through_shared_prefixes_equals_one_without(arch, checkpoints, c
         alone = model.prefill(ids, conts)
     finally:
         model.prefix_sharing = sago_fast.runtime.shared_prefix.MIN_SHARED_TOKENS
-    for name in ("hidden_last", "hidden_mean", "next_logprobs"):
-        np.testing.assert_allclose(getattr(shared.probe, name), getattr(alone.probe, name), atol=1e-4, rtol=0)
-    for ours, theirs in zip(shared.continuation_logprobs, alone.continuation_logprobs, strict=True):
-        for x, y in zip(ours, theirs, strict=True):
-            np.testing.assert_allclose(x, y, atol=1e-4, rtol=0)
+    assert_same_prefill(shared, alone)
     assert shared.tokens_processed < alone.tokens_processed
 
 
@@ -118,9 +123,5 @@ def test_prefill_along_a_tree_per_start_equals_one_without(checkpoints, cache_di
         alone = model.prefill(ids, conts * len(ids))
     finally:
         model.prefix_sharing = sago_fast.runtime.shared_prefix.MIN_SHARED_TOKENS
-    for name in ("hidden_last", "hidden_mean", "next_logprobs"):
-        np.testing.assert_allclose(getattr(shared.probe, name), getattr(alone.probe, name), atol=1e-4, rtol=0)
-    for ours, theirs in zip(shared.continuation_logprobs, alone.continuation_logprobs, strict=True):
-        for a, b in zip(ours, theirs, strict=True):
-            np.testing.assert_allclose(a, b, atol=1e-4, rtol=0)
+    assert_same_prefill(shared, alone)
     assert shared.tokens_processed < alone.tokens_processed
