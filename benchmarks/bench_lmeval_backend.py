@@ -35,10 +35,26 @@ from real_model import MMLU, mmlu_sample, offline_workdir, smollm2_gguf, timed
 
 TASK = "sago_bench_backend"
 LETTERS = "ABCD"
+# lm-eval's MMLU prompt, as YAML double-quoted text: the subject line (its description), the question
+SUBJECT_LINE = "The following are multiple choice questions (with answers) about {}.\\n\\n"
 QUESTION = (
-    '"{{question.strip()}}\\nA. {{choices[0]}}\\nB. {{choices[1]}}\\nC. {{choices[2]}}\\n'
-    'D. {{choices[3]}}\\nAnswer:"'
+    "{{question.strip()}}\\nA. {{choices[0]}}\\nB. {{choices[1]}}\\nC. {{choices[2]}}\\n"
+    "D. {{choices[3]}}\\nAnswer:"
 )
+# what every task of the benchmark shares: the letters as choices, accuracy
+LETTER_CHOICES = (
+    'output_type: multiple_choice\ndoc_to_choice: ["A", "B", "C", "D"]\ndoc_to_target: answer\n'
+    "metric_list:\n  - metric: acc\n    aggregation: mean\n    higher_is_better: true\n"
+)
+
+
+def read_rows(file: Path) -> list[dict[str, object]]:
+    """A published MMLU CSV as lm-eval's MMLU docs (question, choices, answer index)."""
+    with file.open(newline="", encoding="utf-8") as handle:
+        return [
+            {"question": row[0], "choices": row[1:5], "answer": LETTERS.index(row[5])}
+            for row in csv.reader(handle)
+        ]
 
 
 def write_task(work: Path, items: Path) -> Path:
@@ -49,30 +65,13 @@ def write_task(work: Path, items: Path) -> Path:
     with docs.open("w", encoding="utf-8") as out:
         for file in sorted(items.glob("*.csv")):
             subject = file.name.removesuffix("_test.csv").replace("_", " ")
-            with file.open(newline="", encoding="utf-8") as handle:
-                for row in csv.reader(handle):
-                    record = {"subject": subject, "question": row[0], "choices": row[1:5]}
-                    out.write(json.dumps({**record, "answer": LETTERS.index(row[5])}) + "\n")
+            out.writelines(json.dumps({"subject": subject, **row}) + "\n" for row in read_rows(file))
     (folder / f"{TASK}.yaml").write_text(
         f"task: {TASK}\ndataset_path: json\ndataset_kwargs:\n  data_files:\n    test: {docs}\n"
-        "test_split: test\noutput_type: multiple_choice\n"
-        'doc_to_text: "The following are multiple choice questions (with answers) about {{subject}}.\\n\\n'
-        "{{question.strip()}}\\nA. {{choices[0]}}\\nB. {{choices[1]}}\\nC. {{choices[2]}}\\n"
-        'D. {{choices[3]}}\\nAnswer:"\n'
-        'doc_to_choice: ["A", "B", "C", "D"]\ndoc_to_target: answer\n'
-        "metric_list:\n  - metric: acc\n    aggregation: mean\n    higher_is_better: true\n",
+        f'test_split: test\ndoc_to_text: "{SUBJECT_LINE.format("{{subject}}")}{QUESTION}"\n{LETTER_CHOICES}',
         encoding="utf-8",
     )
     return folder
-
-
-def read_rows(file: Path) -> list[dict[str, object]]:
-    """A published MMLU CSV as lm-eval's MMLU docs (question, choices, answer index)."""
-    with file.open(newline="", encoding="utf-8") as handle:
-        return [
-            {"question": row[0], "choices": row[1:5], "answer": LETTERS.index(row[5])}
-            for row in csv.reader(handle)
-        ]
 
 
 def write_fewshot_tasks(work: Path, items: Path, source: Path = MMLU) -> Path:
@@ -95,10 +94,7 @@ def write_fewshot_tasks(work: Path, items: Path, source: Path = MMLU) -> Path:
             f"task: {name}\ndataset_path: json\ndataset_kwargs:\n  data_files:\n"
             f"    test: {folder / f'{subject}_test.jsonl'}\n    dev: {folder / f'{subject}_dev.jsonl'}\n"
             "test_split: test\nfewshot_split: dev\nfewshot_config:\n  sampler: first_n\n"
-            f'description: "The following are multiple choice questions (with answers) about {readable}.\\n\\n"\n'
-            f"output_type: multiple_choice\ndoc_to_text: {QUESTION}\n"
-            'doc_to_choice: ["A", "B", "C", "D"]\ndoc_to_target: answer\n'
-            "metric_list:\n  - metric: acc\n    aggregation: mean\n    higher_is_better: true\n",
+            f'description: "{SUBJECT_LINE.format(readable)}"\ndoc_to_text: "{QUESTION}"\n{LETTER_CHOICES}',
             encoding="utf-8",
         )
         names.append(name)

@@ -38,6 +38,11 @@ def chunk_widths(width: int, chunk: int) -> list[int]:
     return [base + (1 if i < extra else 0) for i in range(pieces)]
 
 
+def _feeds(session: Any, ids: np.ndarray, mask: np.ndarray, past: dict[str, Any] | None) -> dict[str, Any]:
+    """A prefill's feeds (``past`` None) or those of a pass continuing ``past``."""
+    return prefill_feeds(session, ids, mask) if past is None else continue_feeds(session, ids, mask, past)
+
+
 def run_chunked(
     model: Any,
     ids: np.ndarray,
@@ -52,27 +57,18 @@ def run_chunked(
 
     Returns ``hidden_last``, ``hidden_mean``, ``next_logprobs`` and, when ``cache``, the ``present.*``
     tensors of all P + W columns, as ``model._run`` returns them for the whole pass."""
-    session = model.session
     widths = chunk_widths(ids.shape[1], chunk if model.has_kv_cache else 0)  # no cache: no pieces
     if len(widths) == 1:
-        feeds = (
-            prefill_feeds(session, ids, mask) if past is None else continue_feeds(session, ids, mask, past)
-        )
-        return model._run(feeds, cache=cache)
+        return model._run(_feeds(model.session, ids, mask, past), cache=cache)
     done = mask.shape[1] - ids.shape[1]  # columns before this piece (the past's, then earlier pieces')
     start = 0
     sums: np.ndarray | None = None  # (layers, rows, d) token-weighted sum of the pieces' means
     counts = np.zeros(len(ids), dtype=np.int64)  # (rows,) real new tokens so far
     out: dict[str, Any] = {}
     for piece, width in enumerate(widths):
-        piece_ids = ids[:, start : start + width]
         piece_mask = mask[:, : done + width]
-        feeds = (
-            prefill_feeds(session, piece_ids, piece_mask)
-            if past is None
-            else continue_feeds(session, piece_ids, piece_mask, past)
-        )
         last = piece == len(widths) - 1
+        feeds = _feeds(model.session, ids[:, start : start + width], piece_mask, past)
         out = model._run(feeds, cache=cache or not last)
         real = piece_mask[:, done:].sum(1)  # (rows,)
         weighted = out["hidden_mean"].astype(np.float64) * real[None, :, None]
