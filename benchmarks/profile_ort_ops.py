@@ -31,6 +31,9 @@ def main() -> None:
     )
     parser.add_argument("--batch", type=int, default=37)
     parser.add_argument("--tokens", type=int, default=110)
+    parser.add_argument(
+        "--past", type=int, default=0, help="positions already in the KV cache (a pass continuing it)"
+    )
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "sago-bench-lmeval")
@@ -54,7 +57,7 @@ def main() -> None:
     session = ort.InferenceSession(
         str(path), so, providers=["CPUExecutionProvider"], disabled_optimizers=["ConstantFolding"]
     )
-    feeds = prefill_feeds(session, args.batch, args.tokens, int(weights["vocab_size"]))
+    feeds = prefill_feeds(session, args.batch, args.tokens, int(weights["vocab_size"]), args.past)
     names = [o.name for o in session.get_outputs() if not o.name.startswith("present.")]
     for _ in range(args.warmup + args.repeats):
         session.run(names, feeds)
@@ -72,20 +75,23 @@ def main() -> None:
     print(f"  (median of {len(calls)} calls: {statistics.median(c['dur'] for c in calls) / 1e6:.2f} s)")
 
 
-def prefill_feeds(session, batch: int, tokens: int, vocab: int) -> dict[str, np.ndarray]:
-    """A prefill of ``batch`` unpadded prompts of ``tokens`` random ids: no past, nothing to score."""
-    ids = np.random.default_rng(0).integers(100, vocab, (batch, tokens)).astype(np.int64)
+def prefill_feeds(session, batch: int, tokens: int, vocab: int, past: int = 0) -> dict[str, np.ndarray]:
+    """A pass of ``batch`` unpadded rows of ``tokens`` random ids on a random KV cache of ``past``
+    positions (0: a prefill), nothing to score."""
+    rng = np.random.default_rng(0)
+    ids = rng.integers(100, vocab, (batch, tokens)).astype(np.int64)
+    everything = np.ones((batch, past + tokens), dtype=np.int64)  # past and new columns
     feeds: dict[str, np.ndarray] = {}
     for node in session.get_inputs():
         if node.name == "input_ids":
             feeds[node.name] = ids
         elif node.name in ("attention_mask", "segment_ids"):
-            feeds[node.name] = np.ones_like(ids) if node.name == "attention_mask" else np.zeros_like(ids)
+            feeds[node.name] = everything if node.name == "attention_mask" else np.zeros_like(everything)
         elif node.name == "target_ids":
             feeds[node.name] = ids[:, :0]
         elif node.name.startswith("past_key_values."):
             heads, size = node.shape[1], node.shape[3]
-            feeds[node.name] = np.zeros((batch, heads, 0, size), np.float32)
+            feeds[node.name] = rng.standard_normal((batch, heads, past, size)).astype(np.float32)
     return feeds
 
 
@@ -106,7 +112,7 @@ def report(nodes: list[dict], seconds: float, tokens: int) -> None:
             x, y = _shape(e["args"]["input_type_shape"][0]), _shape(e["args"]["output_type_shape"][0])
             linear_flop += 2.0 * float(np.prod(x[:-1])) * x[-1] * y[-1]
     print(
-        f"one prefill of {tokens} tokens: {seconds:.2f} s ({tokens / seconds:.0f} tokens/s), "
+        f"one pass of {tokens} new tokens: {seconds:.2f} s ({tokens / seconds:.0f} tokens/s), "
         f"{len(nodes)} nodes, {total / 1e6:.2f} s in them"
     )
     for op, us in by_op.most_common(12):

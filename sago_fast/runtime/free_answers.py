@@ -150,5 +150,13 @@ def answer_generations_prefilled(
 ) -> tuple[list[FreeAnswer], Prefill]:
     """:func:`answer_generations`, with the prompts' prefill (probe included) it decoded from."""
     rows, continuations = reference_pairs(examples, variants, prompts.delimiter)
-    loglik, prefill = score_pairs(model, prompts, token_ids, rows, continuations, settings)
+    loglik, prefill = score_pairs(
+        model,
+        prompts,
+        token_ids,
+        rows,
+        continuations,
+        settings,
+        share_keys=[v.example_id for v in variants],  # shared prefixes within an example only
+    )
     return free_answers(model, examples, variants, prefill.generations, rows, loglik), prefill

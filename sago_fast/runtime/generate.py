@@ -77,6 +77,9 @@ class _Row:
     text: str = ""
     reason: str = "length"
 
+    def generation(self) -> Generation:
+        return Generation(tuple(self.tokens), tuple(self.logprobs), self.text, self.reason)
+
 
 @dataclass(frozen=True)
 class TokenText:
@@ -163,7 +166,7 @@ def greedy_generate(
         hook = None if on_prefill is None else functools.partial(on_prefill, batch)
         rows = generate_batch([token_ids[i] for i in batch], hook)
         for i, row in zip(batch, rows, strict=True):
-            results[i] = Generation(tuple(row.tokens), tuple(row.logprobs), row.text, row.reason)
+            results[i] = row.generation()
 
     for batch in plan_batches(lengths, policy):
         run_with_backoff(run_batch, batch, on_oom)
@@ -197,29 +200,75 @@ class _DecodeLoop:
 def _generate_batch(
     loop: _DecodeLoop, prompts: list[Sequence[int]], on_prefill: BatchPrefillHook | None
 ) -> list[_Row]:
+    session = loop.session
+    ids, mask = left_pad(prompts, loop.text.pad_id)  # (B, T) each
+    names = [o.name for o in session.get_outputs()]  # type: ignore[attr-defined]
+    outputs = dict(zip(names, session.run(None, prefill_feeds(session, ids, mask)), strict=True))
+    if on_prefill is not None:
+        on_prefill(ids, mask, outputs)
+    present_names = _present_names(session)
+    past = dict(zip(past_input_names(present_names), (outputs[n] for n in present_names), strict=True))
+    return _decode(loop, mask, outputs["next_tokens"], outputs["next_logprob"], past)
+
+
+def generate_from_cache(
+    session: object,
+    settings: GenerationSettings,
+    text: TokenText,
+    mask: np.ndarray,
+    next_logprobs: np.ndarray,
+    past: dict[str, Any],
+    device: str | None = None,
+) -> list[Generation]:
+    """Greedy continuations of a batch whose prompt step ran elsewhere (a chunked or prefix-tree prefill):
+    ``mask`` (B, P) over its cache, ``next_logprobs`` (B, vocab) after the prompts, ``past`` the cache by
+    input name (host arrays, or ONNX Runtime values on ``device``, the IOBinding loop's). The first token
+    is the first arg-max, as the graph's ``next_tokens`` picks it."""
+    text = text if settings.stop_at_eos else replace(text, eos=frozenset())
+    loop = _DecodeLoop(session, settings, text)
+    first = next_logprobs.argmax(axis=1)  # (B,)
+    logprob = np.take_along_axis(next_logprobs, first[:, None], axis=1)[:, 0]
+    if device is None:
+        rows = _decode(loop, mask, first, logprob, past)
+    else:
+        import onnxruntime as ort
+
+        values = [
+            v if not isinstance(v, np.ndarray) else ort.OrtValue.ortvalue_from_numpy(v, device, 0)
+            for v in (past[name] for name in past_input_names(_present_names(session)))
+        ]
+        rows = _decode_bound(loop, None, mask, values, device, first=(first, logprob))
+    return [row.generation() for row in rows]
+
+
+def _decode(
+    loop: _DecodeLoop,
+    mask: np.ndarray,
+    next_tokens: np.ndarray,
+    next_logprob: np.ndarray,
+    past: dict[str, Any],
+) -> list[_Row]:
+    """Decoding from the prompt step's outputs: ``next_tokens`` / ``next_logprob`` (B,) its greedy token,
+    ``past`` (by input name) its cache over ``mask`` (B, P)."""
     session, settings, text = loop.session, loop.settings, loop.text
-    ids, mask = left_pad(prompts, text.pad_id)  # (B, T) each
-    rows = [_Row([], []) for _ in prompts]
-    active = np.arange(len(prompts))  # batch row -> prompt index, for rows still generating
+    rows = [_Row([], []) for _ in range(len(mask))]
+    active = np.arange(len(mask))  # batch row -> prompt index, for rows still generating
     names = [o.name for o in session.get_outputs()]  # type: ignore[attr-defined]
     present_names = _present_names(session)
     past_names = past_input_names(present_names)
-    feeds = prefill_feeds(session, ids, mask)
     for step in range(settings.max_new_tokens):
-        outputs = dict(zip(names, session.run(None, feeds), strict=True))  # type: ignore[attr-defined]
-        if step == 0 and on_prefill is not None:
-            on_prefill(ids, mask, outputs)
-        next_tokens, next_logprob = outputs["next_tokens"], outputs["next_logprob"]  # (b,), (b,)
+        if step:
+            feeds = continue_feeds(session, next_tokens.reshape(-1, 1).astype(np.int64), mask, past)
+            outputs = dict(zip(names, session.run(None, feeds), strict=True))  # type: ignore[attr-defined]
+            next_tokens, next_logprob = outputs["next_tokens"], outputs["next_logprob"]  # (b,), (b,)
+            past = dict(zip(past_names, (outputs[n] for n in present_names), strict=True))
         keep = _record_step(rows, active, next_tokens, next_logprob, settings, text)
         if not keep.any():
             break
-        mask = np.concatenate([feeds["attention_mask"], np.ones((len(active), 1), dtype=np.int64)], axis=1)
-        presents = [outputs[name] for name in present_names]
+        mask = np.concatenate([mask, np.ones((len(active), 1), dtype=np.int64)], axis=1)
         if not keep.all():
             active, mask, next_tokens = active[keep], mask[keep], next_tokens[keep]
-            presents = [p[keep] for p in presents]
-        past = dict(zip(past_names, presents, strict=True))
-        feeds = continue_feeds(session, next_tokens.reshape(-1, 1).astype(np.int64), mask, past)
+            past = {name: value[keep] for name, value in past.items()}
     _finish(rows, settings, text.decode)
     return rows
 
@@ -274,24 +323,44 @@ def _generate_batch_bound(
     wants them (its cache is then copied to ``device`` once)."""
     import onnxruntime as ort
 
+    session = loop.session
+    ids, mask = left_pad(prompts, loop.text.pad_id)  # (B, T) each
+    present_names = _present_names(session)
+    past_names = past_input_names(present_names)
+    first = prefill_feeds(session, ids, mask)
+    if on_prefill is None:  # the prompt step bound like every other step
+        empty = [ort.OrtValue.ortvalue_from_numpy(first[name], device, 0) for name in past_names]
+        return _decode_bound(loop, ids, mask, empty, device)
+    outputs = [o.name for o in session.get_outputs()]  # type: ignore[attr-defined]
+    host = dict(zip(outputs, session.run(None, first), strict=True))  # type: ignore[attr-defined]
+    on_prefill(ids, mask, host)
+    past = [ort.OrtValue.ortvalue_from_numpy(host[name], device, 0) for name in present_names]
+    return _decode_bound(loop, None, mask, past, device, first=(host["next_tokens"], host["next_logprob"]))
+
+
+def _decode_bound(
+    loop: _DecodeLoop,
+    ids: np.ndarray | None,
+    mask: np.ndarray,
+    past: list[Any],
+    device: str,
+    first: tuple[np.ndarray, np.ndarray] | None = None,
+) -> list[_Row]:
+    """The IOBinding decode loop. Without ``first``: its first step is the prompt step, ``ids`` (B, T) on
+    the empty ``past``. With ``first`` (the prompt step's greedy tokens and their log-probs, (B,) each):
+    ``past`` (ONNX Runtime values, in ``past_key_values.*`` order) is the prompts' cache over ``mask``."""
     session, settings, text = loop.session, loop.settings, loop.text
-    ids, mask = left_pad(prompts, text.pad_id)  # (B, T) each
-    batch = len(prompts)
-    rows = [_Row([], []) for _ in prompts]
+    batch = len(mask)
+    rows = [_Row([], []) for _ in range(batch)]
     active = np.arange(batch)
     outputs = [o.name for o in session.get_outputs()]  # type: ignore[attr-defined]
     present_names = _present_names(session)
     past_names = past_input_names(present_names)
     no_targets = np.zeros((batch, 0), dtype=np.int64)
     segments = takes_segments(session)
-    first = prefill_feeds(session, ids, mask)
-    past: list[Any] = [ort.OrtValue.ortvalue_from_numpy(first[name], device, 0) for name in past_names]
     for step in range(settings.max_new_tokens):
-        if step == 0 and on_prefill is not None:
-            host = dict(zip(outputs, session.run(None, first), strict=True))  # type: ignore[attr-defined]
-            on_prefill(ids, mask, host)
-            next_tokens, next_logprob = host["next_tokens"], host["next_logprob"]
-            new_past = [ort.OrtValue.ortvalue_from_numpy(host[name], device, 0) for name in present_names]
+        if step == 0 and first is not None:
+            (next_tokens, next_logprob), new_past = first, past
         else:
             binding = session.io_binding()  # type: ignore[attr-defined]
             binding.bind_cpu_input("input_ids", np.ascontiguousarray(ids))

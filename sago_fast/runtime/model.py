@@ -30,10 +30,11 @@ from sago_fast.runtime.generate import (
     takes_segments,
 )
 from sago_fast.runtime.kv_cache import DeviceCache, HostCache, KVCache, RowGather, present_names
+from sago_fast.runtime.prefilled_generation import generate_from_prefill
 from sago_fast.runtime.prefix import first_token_logprobs, score_in_blocks, score_on_prefix
 from sago_fast.runtime.progress import NoProgress, PassProgress
 from sago_fast.runtime.session import SessionOptions, open_session, resolve_device
-from sago_fast.runtime.shared_prefix import MIN_SHARED_TOKENS, prefix_trees
+from sago_fast.runtime.shared_prefix import MIN_SHARED_TOKENS, PrefixTree, prefix_trees
 from sago_fast.runtime.tree_prefill import prefill_trees
 from sago_fast.types import ExportSettings, ProbeResult
 
@@ -211,7 +212,7 @@ class SagoModel:
         if generation is None:
             self._prefill_prompts(token_ids, lengths, share_keys, on_prefill, tokens, needs_cache)
         else:
-            generations = self._generate(token_ids, generation, on_prefill)
+            generations = self._generate(token_ids, generation, on_prefill, share_keys, tokens)
         processed = tokens["prefill"] + tokens["blocks"]
         if generations is not None:
             processed += sum(max(len(g.token_ids) - 1, 0) for g in generations)
@@ -240,9 +241,11 @@ class SagoModel:
         on_prefill: Callable[..., None],
         tokens: dict[str, int],
         cache: bool,
+        trees: Sequence[PrefixTree] | None = None,
     ) -> None:
         """Prefill every prompt: those sharing a prefix along their example's prefix tree
-        (:mod:`sago_fast.runtime.tree_prefill`), the others in planned batches."""
+        (:mod:`sago_fast.runtime.tree_prefill`; ``trees``: already planned), the others in planned
+        batches."""
         n = len(token_ids)
         self.progress.start("prefill", n, "prompt")
 
@@ -251,7 +254,8 @@ class SagoModel:
             out = run_chunked(self, ids, mask, None, cache=cache, chunk=self.prefill_chunk)
             on_prefill(batch, ids, mask, out)
 
-        trees = prefix_trees(token_ids, self.prefix_sharing, share_keys) if self.has_kv_cache else []
+        if trees is None:
+            trees = prefix_trees(token_ids, self.prefix_sharing, share_keys) if self.has_kv_cache else []
         in_trees = {i for tree in trees for i in (tree.anchor, *(m for m, _ in tree.members))}
         alone = np.array([i for i in range(n) if i not in in_trees], dtype=np.int64)
         if len(alone):
@@ -363,19 +367,34 @@ class SagoModel:
             )
 
     def _generate(
-        self, token_ids: Sequence[Sequence[int]], settings: GenerationSettings, on_prefill: Any
+        self,
+        token_ids: Sequence[Sequence[int]],
+        settings: GenerationSettings,
+        on_prefill: Any,
+        share_keys: Sequence[str] | None = None,
+        tokens: dict[str, int] | None = None,
     ) -> list[Generation]:
+        """Greedy continuations. Prompts that share a prefix (:func:`prefix_trees` under ``share_keys``) or
+        are longer than ``prefill_chunk`` get their prompt step from the prefill
+        (:mod:`sago_fast.runtime.prefilled_generation`); otherwise the decode loop's first step is a
+        plain pass over each batch of prompts."""
         self._check_generation()
+        text = TokenText(
+            self.pad_id,
+            frozenset(self.exported.manifest.get("eos_token_ids", [])),
+            lambda ids: self.tokenizer.decode(ids, skip_special_tokens=True),
+        )
+        trees = prefix_trees(token_ids, self.prefix_sharing, share_keys)
+        longest = max((len(ids) for ids in token_ids), default=0)
+        if trees or 0 < self.prefill_chunk < longest:
+            counts = tokens if tokens is not None else {"prefill": 0, "blocks": 0}
+            return generate_from_prefill(self, token_ids, settings, text, trees, on_prefill, counts)
         self.progress.start("generate", len(token_ids), "prompt")
         return greedy_generate(
             self.session,
             token_ids,
             settings,
-            TokenText(
-                self.pad_id,
-                frozenset(self.exported.manifest.get("eos_token_ids", [])),
-                lambda ids: self.tokenizer.decode(ids, skip_special_tokens=True),
-            ),
+            text,
             policy=self.batch_policy,
             io_binding=self.io_binding_device,
             on_oom=self._shrink_batches,

@@ -81,7 +81,17 @@ def tasks(tmp_path_factory):
         generation_kwargs={"until": ["\n\n", "Question:"], "max_gen_toks": 24, "do_sample": False},
         metric_list=[{"metric": "exact_match"}],
     )
-    return {"letter": letter, "cloze": cloze, "generate": generate, "folder": folder}
+    # few-shot: every prompt starts with the same description and examples, so the sago backend's prompt
+    # steps go along a prefix tree (and in chunks on CPU) before decoding
+    fewshot = {
+        **generate,
+        "task": "sago_mmlu_generate_fewshot",
+        "description": description,
+        "num_fewshot": 2,
+        "fewshot_split": "test",
+        "fewshot_config": {"sampler": "first_n"},
+    }
+    return {"letter": letter, "cloze": cloze, "generate": generate, "fewshot": fewshot, "folder": folder}
 
 
 def samples(result: dict, task: str) -> list[dict]:
@@ -94,7 +104,7 @@ def hf_results(tasks, smol):
     return lm_eval.simple_evaluate(
         model="hf",
         model_args=f"pretrained={checkpoint.path},dtype=float32",
-        tasks=[tasks["letter"], tasks["cloze"], tasks["generate"]],
+        tasks=[tasks["letter"], tasks["cloze"], tasks["generate"], tasks["fewshot"]],
         batch_size=1,
         device="cpu",
         log_samples=True,
@@ -117,13 +127,22 @@ def test_the_sago_backend_equals_hf(tasks, smol, hf_results, tmp_path, monkeypat
     import sago_fast.lmeval  # noqa: F401  (registers "sago")
     from sago_fast.store import Store
 
+    import sago_fast.runtime.model as model_module
+
     _, cache = smol
     monkeypatch.setenv("SAGO_CACHE_DIR", str(cache))  # the session's conversion and export are reused
     db = tmp_path / "lm.duckdb"
+    from_prefill = []  # the prompts whose prompt step was a prefill (shared prefixes, chunks)
+    original = model_module.generate_from_prefill
+    monkeypatch.setattr(
+        model_module,
+        "generate_from_prefill",
+        lambda model, ids, *rest: (from_prefill.append(len(ids)), original(model, ids, *rest))[1],
+    )
     ours = lm_eval.simple_evaluate(
         model="sago",
         model_args=f"pretrained={GGUF},sago_db={db}",
-        tasks=[tasks["letter"], tasks["cloze"], tasks["generate"]],
+        tasks=[tasks["letter"], tasks["cloze"], tasks["generate"], tasks["fewshot"]],
         batch_size=1,  # as hf's: this model moves log-likelihoods by up to 3e-3 with padding
         device="cpu",
         log_samples=True,
@@ -137,9 +156,13 @@ def test_the_sago_backend_equals_hf(tasks, smol, hf_results, tmp_path, monkeypat
             assert [bool(r[0][1]) for r in mine["resps"]] == [bool(r[0][1]) for r in ref["resps"]]
             n_loglik += len(got)
         assert ours["results"][task]["acc,none"] == pytest.approx(hf_results["results"][task]["acc,none"])
-    texts = [s["resps"][0][0] for s in samples(ours, "sago_mmlu_generate")]
-    assert texts == [s["resps"][0][0] for s in samples(hf_results, "sago_mmlu_generate")]
-    assert any(t.strip() for t in texts)
+    # lm-eval hands both tasks' requests over in one call (the same generation kwargs): the few-shot
+    # prompts along their prefix tree, the others in plain batches, every prompt step a prefill
+    assert from_prefill == [24]
+    for task in ("sago_mmlu_generate", "sago_mmlu_generate_fewshot"):
+        texts = [s["resps"][0][0] for s in samples(ours, task)]
+        assert texts == [s["resps"][0][0] for s in samples(hf_results, task)]
+        assert any(t.strip() for t in texts)
 
     with Store(db, read_only=True) as store:
         _, rows = store.query(
@@ -149,7 +172,7 @@ def test_the_sago_backend_equals_hf(tasks, smol, hf_results, tmp_path, monkeypat
             "SELECT loglik FROM lmeval_requests WHERE task = 'sago_mmlu_letter' AND doc_id = 0 "
             "ORDER BY request_index"
         )
-    assert rows == [("generate_until", 12, 1), ("loglikelihood", n_loglik, 1)]
+    assert rows == [("generate_until", 24, 1), ("loglikelihood", n_loglik, 1)]
     want = [float(r[0][0]) for r in samples(ours, "sago_mmlu_letter")[0]["resps"]]
     np.testing.assert_allclose([v for (v,) in first], want, atol=1e-9)
 
