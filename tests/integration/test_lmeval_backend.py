@@ -125,9 +125,8 @@ def test_the_sago_backend_equals_hf(tasks, smol, hf_results, tmp_path, monkeypat
     """Every log-likelihood within 1e-4 of lm-eval's hf backend (fp32, batch size 1), the same accuracy,
     and the same generated texts; with sago_db, every request and its result land in the results file."""
     import sago_fast.lmeval  # noqa: F401  (registers "sago")
-    from sago_fast.store import Store
-
     import sago_fast.runtime.model as model_module
+    from sago_fast.store import Store
 
     _, cache = smol
     monkeypatch.setenv("SAGO_CACHE_DIR", str(cache))  # the session's conversion and export are reused
