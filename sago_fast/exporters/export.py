@@ -12,6 +12,7 @@ from typing import Any
 
 from sago_fast.checkpoints.resolve import CONFIG_FILE, TOKENIZER_FILES, Checkpoint
 from sago_fast.errors import ExportError
+from sago_fast.exporters.grouped_attention import attention_for
 from sago_fast.exporters.reweight import (
     MODEL_FILE,
     finalize_graph,
@@ -23,7 +24,9 @@ from sago_fast.types import POOLED_OUTPUTS, ExportSettings
 log = logging.getLogger(__name__)
 
 MANIFEST_FILE = "manifest.json"
-FORMAT_VERSION = 6  # bump when the graph's inputs/outputs or semantics change
+# bump when the graph's inputs/outputs or semantics change; 7: grouped-query attention without copies of
+# the KV cache (exporters/grouped_attention.py), so that cached exports get it
+FORMAT_VERSION = 7
 
 
 def _max_positions(config: Any) -> int | None:
@@ -101,12 +104,13 @@ def export_checkpoint(
     files, and ``manifest.json`` describing the graph. Any exporter failure becomes an :class:`ExportError`.
     """
     import torch
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoConfig, AutoModelForCausalLM
 
     torch_dtype = torch.float16 if settings.dtype == "fp16" else torch.float32
     try:
+        attention = attention_for(checkpoint.model_type, AutoConfig.from_pretrained(checkpoint.path))
         model = AutoModelForCausalLM.from_pretrained(
-            checkpoint.path, dtype=torch_dtype, attn_implementation="eager", use_safetensors=None
+            checkpoint.path, dtype=torch_dtype, attn_implementation=attention, use_safetensors=None
         ).eval()
     except Exception as exc:
         raise ExportError(f"{checkpoint.path}: transformers cannot load this checkpoint ({exc})") from None
