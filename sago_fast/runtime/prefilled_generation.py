@@ -7,7 +7,7 @@ chunks (:mod:`sago_fast.runtime.chunked`). Here the prompt step is the model's p
 batch it hands over decodes from its cache (:func:`~sago_fast.runtime.generate.generate_from_cache`), in
 parts whose cache plus ``max_new_tokens`` per row fit the batch policy (as
 :func:`~sago_fast.runtime.generate.greedy_generate` plans its batches). The generations are those of
-the plain decode loop on the same prompts, up to float rounding of the prompt step (1e-5 in the
+the plain decode loop on the same prompts, up to float rounding of the prompt step (within 1e-4 in the
 log-probabilities: tested).
 """
 
