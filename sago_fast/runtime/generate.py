@@ -5,7 +5,8 @@ states, next-token distribution, KV cache); every later step feeds the new token
 mask and the previous step's ``present.*`` tensors back as ``past_key_values.*``. A row
 stops at an end-of-sequence token, when its decoded text contains a stop string, or after
 ``max_new_tokens``; finished rows leave the batch (their cache rows are dropped), so a long answer does
-not make the short ones pay for it.
+not make the short ones pay for it. :func:`generate_from_cache` starts the same loop from a prompt step
+run elsewhere (its cache and next-token distribution; see :mod:`sago_fast.runtime.prefilled_generation`).
 """
 
 from __future__ import annotations
