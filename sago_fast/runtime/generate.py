@@ -157,10 +157,9 @@ def greedy_generate(
     hears (prompts done, tokens processed) after every batch; ``on_prefill(batch, ids, mask, outputs)``
     gets every output of each batch's prompt step (host arrays), before decoding goes on from its cache.
     """
-    text = text if settings.stop_at_eos else replace(text, eos=frozenset())
     lengths = np.array([len(ids) + settings.max_new_tokens for ids in token_ids], dtype=np.int64)
     results: list[Generation | None] = [None] * len(token_ids)
-    loop = _DecodeLoop(session, settings, text)
+    loop = _DecodeLoop.of(session, settings, text)
     generate_batch = loop.plain if io_binding is None else functools.partial(loop.bound, device=io_binding)
 
     def run_batch(batch: np.ndarray) -> None:
@@ -188,6 +187,11 @@ class _DecodeLoop:
     session: Any
     settings: GenerationSettings
     text: TokenText
+
+    @classmethod
+    def of(cls, session: Any, settings: GenerationSettings, text: TokenText) -> _DecodeLoop:
+        """The loop for ``settings``: end-of-sequence ids dropped from ``text`` when it does not stop there."""
+        return cls(session, settings, text if settings.stop_at_eos else replace(text, eos=frozenset()))
 
     def plain(self, prompts: list[Sequence[int]], on_prefill: BatchPrefillHook | None) -> list[_Row]:
         return _generate_batch(self, prompts, on_prefill)
@@ -225,21 +229,31 @@ def generate_from_cache(
     ``mask`` (B, P) over its cache, ``next_logprobs`` (B, vocab) after the prompts, ``past`` the cache by
     input name (host arrays, or ONNX Runtime values on ``device``, the IOBinding loop's). The first token
     is the first arg-max, as the graph's ``next_tokens`` picks it."""
-    text = text if settings.stop_at_eos else replace(text, eos=frozenset())
-    loop = _DecodeLoop(session, settings, text)
+    loop = _DecodeLoop.of(session, settings, text)
     first = next_logprobs.argmax(axis=1)  # (B,)
     logprob = np.take_along_axis(next_logprobs, first[:, None], axis=1)[:, 0]
-    if device is None:
-        rows = _decode(loop, mask, first, logprob, past)
-    else:
-        import onnxruntime as ort
+    return [row.generation() for row in _decode_from(loop, mask, first, logprob, past, device)]
 
-        values = [
-            v if not isinstance(v, np.ndarray) else ort.OrtValue.ortvalue_from_numpy(v, device, 0)
-            for v in (past[name] for name in past_input_names(_present_names(session)))
-        ]
-        rows = _decode_bound(loop, None, mask, values, device, first=(first, logprob))
-    return [row.generation() for row in rows]
+
+def _decode_from(
+    loop: _DecodeLoop,
+    mask: np.ndarray,
+    next_tokens: np.ndarray,
+    next_logprob: np.ndarray,
+    past: dict[str, Any],
+    device: str | None,
+) -> list[_Row]:
+    """Decoding after a prompt step: the plain loop (``device`` None) or the IOBinding loop on ``device``,
+    ``past`` (by input name) moved there where it is on the host."""
+    if device is None:
+        return _decode(loop, mask, next_tokens, next_logprob, past)
+    import onnxruntime as ort
+
+    values = [
+        v if not isinstance(v, np.ndarray) else ort.OrtValue.ortvalue_from_numpy(v, device, 0)
+        for v in (past[name] for name in past_input_names(_present_names(loop.session)))
+    ]
+    return _decode_bound(loop, None, mask, values, device, first=(next_tokens, next_logprob))
 
 
 def _decode(
@@ -335,8 +349,8 @@ def _generate_batch_bound(
     outputs = [o.name for o in session.get_outputs()]  # type: ignore[attr-defined]
     host = dict(zip(outputs, session.run(None, first), strict=True))  # type: ignore[attr-defined]
     on_prefill(ids, mask, host)
-    past = [ort.OrtValue.ortvalue_from_numpy(host[name], device, 0) for name in present_names]
-    return _decode_bound(loop, None, mask, past, device, first=(host["next_tokens"], host["next_logprob"]))
+    past = dict(zip(past_names, (host[name] for name in present_names), strict=True))
+    return _decode_from(loop, mask, host["next_tokens"], host["next_logprob"], past, device)
 
 
 def _decode_bound(
