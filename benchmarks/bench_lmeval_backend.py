@@ -188,16 +188,23 @@ def hf_command(folder: Path, tasks: Path, out: Path, batch: int, fewshot: int = 
     ]  # fmt: skip
 
 
-def responses(out: Path) -> list[list[float | str]]:
-    """Each doc's responses in the latest run under ``out``, by (task, doc): its log-likelihoods, or its
-    generated text."""
+def responses(out: Path) -> list[list[tuple[float, bool] | str]]:
+    """Each doc's responses in the latest run under ``out``, by (task, doc): its (log-likelihood,
+    is_greedy) pairs, or its generated text."""
     latest: dict[str, Path] = {}  # task -> its newest samples file
     for path in out.rglob(f"samples_{TASK}*.jsonl"):
         task = path.name.removeprefix("samples_").rsplit("_", 1)[0]
         if task not in latest or path.stat().st_mtime > latest[task].stat().st_mtime:
             latest[task] = path
     rows = [
-        (task, s["doc_id"], [r[0] if isinstance(r[0], str) else float(r[0][0]) for r in s["resps"]])
+        (
+            task,
+            s["doc_id"],
+            [
+                r[0] if isinstance(r[0], str) else (float(r[0][0]), r[0][1] in (True, "True"))
+                for r in s["resps"]
+            ],
+        )
         for task, path in sorted(latest.items())
         for s in map(json.loads, path.read_text().splitlines())
     ]
@@ -317,8 +324,11 @@ def compare(folder: Path, work: Path, out: Path, env: dict[str, str], args: argp
         same = sum(a == b for a, b in pairs)
         print(f"  generated texts identical to hf batch 1's: {same} of {len(pairs)}")
     else:
-        worst = max(abs(float(a) - float(b)) for a, b in pairs)
+        worst = max(abs(a[0] - b[0]) for a, b in pairs)
         print(f"  largest |sago - hf batch 1| log-likelihood: {worst:.2e} over {len(pairs)} requests")
+        same = sum(a[1] == b[1] for a, b in pairs)
+        greedy = sum(b[1] for _, b in pairs)
+        print(f"  is_greedy equal to hf batch 1's: {same} of {len(pairs)} ({greedy} greedy in hf's)")
 
 
 def siblings(folder: Path, work: Path, out: Path, env: dict[str, str], args: argparse.Namespace) -> None:

@@ -82,7 +82,7 @@ class ExportSettings:
 
 TASK_TYPES = ("multiple_choice", "generation", "pairwise")
 # the pooled outputs every exported graph has (besides the greedy step and the KV cache)
-POOLED_OUTPUTS = ("hidden_last", "hidden_mean", "next_logprobs", "target_logprobs")
+POOLED_OUTPUTS = ("hidden_last", "hidden_mean", "next_logprobs", "target_logprobs", "target_best")
 
 
 @dataclass(frozen=True)

@@ -25,8 +25,9 @@ log = logging.getLogger(__name__)
 
 MANIFEST_FILE = "manifest.json"
 # bump when the graph's inputs/outputs or semantics change; 7: grouped-query attention without copies of
-# the KV cache (exporters/grouped_attention.py), so that cached exports get it
-FORMAT_VERSION = 7
+# the KV cache (exporters/grouped_attention.py), so that cached exports get it; 8: target_best (the arg-max
+# at each scored position: whether a continuation is the greedy one, without decoding it)
+FORMAT_VERSION = 8
 
 
 def _max_positions(config: Any) -> int | None:

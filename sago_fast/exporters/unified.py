@@ -16,6 +16,8 @@ Outputs:  next_tokens              (batch,) int64              greedy (first arg
           next_logprobs            (batch, vocab) float32      log-softmax of the last position's logits
           target_logprobs          (batch, T) float32          log P(target_ids[:, j]) given everything
                                                                before the j-th of the last T new tokens
+          target_best              (batch, T) int64            the first arg-max of that distribution:
+                                                               target j is greedy where they are equal
 
 One pass over a prompt (past = 0) yields the pooled hidden states of every layer, the next-token
 distribution and the KV cache; option continuations are then scored on top of that cache, and greedy
@@ -147,7 +149,10 @@ def unified_forward(
     index = (t_offsets + (new - n_targets - 1)).view(1, -1, 1).expand(final.shape[0], -1, final.shape[2])
     scoring = torch.gather(final, 1, index)  # (batch, T, d_model)
     target_logits = model.get_output_embeddings()(scoring).to(torch.float32)  # (batch, T, vocab)
-    target_logp = torch.gather(torch.log_softmax(target_logits, -1), 2, target_ids.unsqueeze(-1)).squeeze(-1)
+    target_all = torch.log_softmax(target_logits, -1)  # (batch, T, vocab)
+    target_logp = torch.gather(target_all, 2, target_ids.unsqueeze(-1)).squeeze(-1)
+    # lm-eval's is_greedy takes the arg-max of the log-softmax (ties after the shift included)
+    target_best = torch.argmax(target_all, dim=-1)  # (batch, T)
 
     result: dict[str, Any] = {
         "next_tokens": best,
@@ -161,6 +166,7 @@ def unified_forward(
         "hidden_mean": torch.stack(mean),
         "next_logprobs": next_logprobs,
         "target_logprobs": target_logp,
+        "target_best": target_best,
     }
 
 
@@ -255,6 +261,7 @@ def unified_config(model: Any, float_dtype: str = "fp32", with_past: bool = True
             common["hidden_mean"] = {1: "batch_size"}
             common["next_logprobs"] = {0: "batch_size"}
             common["target_logprobs"] = {0: "batch_size", 1: "target_length"}
+            common["target_best"] = {0: "batch_size", 1: "target_length"}
             return common
 
         def generate_dummy_inputs(self, framework: str = "pt", **kwargs: Any) -> dict[str, Any]:

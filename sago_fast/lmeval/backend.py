@@ -43,7 +43,7 @@ from tqdm.auto import tqdm
 
 from sago_fast.errors import InputError
 from sago_fast.lmeval.records import RequestLog
-from sago_fast.lmeval.requests import ContextGroup, group_pairs, passes
+from sago_fast.lmeval.requests import group_pairs, passes
 from sago_fast.runtime.batching import BatchPolicy
 from sago_fast.runtime.generate import GenerationSettings
 
@@ -221,41 +221,23 @@ class SagoLM(TemplateLM):
         self, requests: list[tuple[Any, list[int], list[int]]], disable_tqdm: bool = False, **_: Any
     ) -> list[tuple[float, bool]]:
         """(log-likelihood, is_greedy) of each (key, context ids, continuation ids), one prefill per
-        distinct context."""
+        distinct context; is_greedy is read from the same passes (the arg-max at every position)."""
         groups = group_pairs([(ctx, cont) for _, ctx, cont in requests], self.max_length)
         loglik = np.zeros(len(requests), dtype=np.float64)
         greedy = np.zeros(len(requests), dtype=bool)
-        check: list[tuple[ContextGroup, int]] = []  # (group, index in it): first token greedy, longer than 1
         bar = tqdm(total=len(requests), desc="sago loglikelihood", disable=disable_tqdm, unit="request")
         for part in passes(groups):
             prefill = self.model.prefill([list(g.context) for g in part], [g.continuations for g in part])
             for row, group in enumerate(part):
-                best = int(np.argmax(prefill.probe.next_logprobs[row]))
-                for j, (cont, index) in enumerate(zip(group.continuations, group.pairs, strict=True)):
-                    loglik[index] = float(prefill.continuation_logprobs[row][j].sum())
-                    greedy[index] = cont[0] == best
-                    if greedy[index] and len(cont) > 1:
-                        check.append((group, j))
+                scored = zip(
+                    prefill.continuation_logprobs[row], prefill.continuation_greedy[row], strict=True
+                )
+                for (logprobs, is_greedy), index in zip(scored, group.pairs, strict=True):
+                    loglik[index] = float(logprobs.sum())
+                    greedy[index] = is_greedy
             bar.update(sum(len(g.pairs) for g in part))
         bar.close()
-        if check:
-            self._check_greedy(check, greedy)
         return [(float(v), bool(g)) for v, g in zip(loglik, greedy, strict=True)]
-
-    def _check_greedy(self, check: list[tuple[ContextGroup, int]], greedy: np.ndarray) -> None:
-        """Whether greedy decoding from each context reproduces its continuation (lm-eval's
-        ``is_greedy``: the arg-max at every position), for continuations whose first token already is."""
-        by_context: dict[tuple[int, ...], list[tuple[ContextGroup, int]]] = {}
-        for group, j in check:
-            by_context.setdefault(group.context, []).append((group, j))
-        contexts = list(by_context)
-        longest = max(len(g.continuations[j]) for g, j in check)
-        settings = GenerationSettings(max_new_tokens=longest, stop=(), stop_at_eos=False)
-        decoded = self.model.generate_ids([list(c) for c in contexts], settings)
-        for context, generation in zip(contexts, decoded, strict=True):
-            for group, j in by_context[context]:
-                cont = group.continuations[j]
-                greedy[group.pairs[j]] = list(generation.token_ids[: len(cont)]) == list(cont)
 
     def loglikelihood_rolling(self, requests: list[Any], disable_tqdm: bool = False) -> list[float]:
         """Log-likelihood of each whole text: lm-eval's disjoint rolling windows of ``max_length``."""

@@ -31,7 +31,7 @@ from sago_fast.runtime.generate import (
 )
 from sago_fast.runtime.kv_cache import DeviceCache, HostCache, KVCache, RowGather, present_names
 from sago_fast.runtime.prefilled_generation import generate_from_prefill
-from sago_fast.runtime.prefix import first_token_logprobs, score_in_blocks, score_on_prefix
+from sago_fast.runtime.prefix import first_tokens, score_in_blocks, score_on_prefix
 from sago_fast.runtime.progress import NoProgress, PassProgress
 from sago_fast.runtime.session import SessionOptions, open_session, resolve_device
 from sago_fast.runtime.shared_prefix import MIN_SHARED_TOKENS, PrefixTree, prefix_trees
@@ -46,12 +46,14 @@ class Prefill:
     """What :meth:`SagoModel.prefill` returns, in prompt order.
 
     continuation_logprobs[i][j]: (len,) float64 log-probs of the tokens of continuation j of prompt i;
-    generations: greedy continuations (when asked for); tokens_processed: every token that went through
+    continuation_greedy[i][j]: whether each of those tokens is the first arg-max after what precedes it
+    (lm-eval's ``is_greedy``), read from the same passes; generations: greedy continuations (when asked for); tokens_processed: every token that went through
     the graph (prompts once, continuation blocks, decode steps), padding excluded.
     """
 
     probe: ProbeResult
     continuation_logprobs: list[list[np.ndarray]]
+    continuation_greedy: list[list[bool]]
     generations: list[Generation] | None
     tokens_processed: int
 
@@ -161,6 +163,7 @@ class SagoModel:
         next_logprobs = np.empty((n, vocab), dtype=np.float32)  # (n, vocab)
         lengths = np.array([len(ids) for ids in token_ids], dtype=np.int64)
         scored: list[list[np.ndarray]] = [[] for _ in range(n)]
+        greedy: list[list[bool]] = [[] for _ in range(n)]
         tokens = {"prefill": 0, "blocks": 0}
         blocks = takes_segments(self.session)  # options in one block row per prompt (else a row each)
         # the prompts' KV caches leave ONNX Runtime only for continuations scored on them (~5% of a prefill)
@@ -185,18 +188,15 @@ class SagoModel:
                 return
             conts = [continuations[i] for i in batch]
             if not needs_cache:  # no continuation of more than one token: no pass on the cache
-                for i, first in zip(batch, first_token_logprobs(out["next_logprobs"], conts), strict=True):
-                    scored[i] = first
-                return
-            cache = self._kv_cache(out)
-            if blocks:
-                on_cache, block_tokens = score_in_blocks(
-                    self._run, cache, mask, out["next_logprobs"], conts, self.pad_id
-                )
+                done = first_tokens(out["next_logprobs"], conts)
+            elif blocks:
+                cache = self._kv_cache(out)
+                done = score_in_blocks(self._run, cache, mask, out["next_logprobs"], conts, self.pad_id)
             else:  # cuts the cache's last column: on the host
-                on_cache, block_tokens = score_on_prefix(
+                presents = self._kv_cache(out).host()
+                done = score_on_prefix(
                     self._run,
-                    cache.host(),
+                    presents,
                     ids,
                     mask,
                     out["next_logprobs"],
@@ -204,9 +204,9 @@ class SagoModel:
                     self.batch_policy,
                     self.pad_id,
                 )
-            for i, values in zip(batch, on_cache, strict=True):
-                scored[i] = values
-            tokens["blocks"] += block_tokens
+            for row, i in enumerate(batch):
+                scored[i], greedy[i] = done.logprobs[row], done.greedy[row]
+            tokens["blocks"] += done.tokens
 
         generations = None
         if generation is None:
@@ -217,7 +217,11 @@ class SagoModel:
         if generations is not None:
             processed += sum(max(len(g.token_ids) - 1, 0) for g in generations)
         return Prefill(
-            ProbeResult(hidden_last, hidden_mean, next_logprobs, lengths), scored, generations, processed
+            ProbeResult(hidden_last, hidden_mean, next_logprobs, lengths),
+            scored,
+            greedy,
+            generations,
+            processed,
         )
 
     def _prefill_whole(
@@ -226,12 +230,14 @@ class SagoModel:
         """A graph without a KV cache: the probe pass, and every prompt + continuation as one sequence."""
         probe = self.prefill(token_ids)
         scored: list[list[np.ndarray]] = [[] for _ in token_ids]
+        greedy: list[list[bool]] = [[] for _ in token_ids]
         pairs = [(i, c) for i, conts in enumerate(continuations) for c in conts]
-        whole = self.target_logprobs([[*token_ids[i], *c] for i, c in pairs], [len(c) for _, c in pairs])
-        for (i, _), values in zip(pairs, whole, strict=True):
+        whole = self._score_whole([[*token_ids[i], *c] for i, c in pairs], [len(c) for _, c in pairs])
+        for (i, _), values, is_greedy in zip(pairs, *whole, strict=True):
             scored[i].append(values)
+            greedy[i].append(is_greedy)
         processed = probe.tokens_processed + sum(len(token_ids[i]) + len(c) for i, c in pairs)
-        return Prefill(probe.probe, scored, None, processed)
+        return Prefill(probe.probe, scored, greedy, None, processed)
 
     def _prefill_prompts(
         self,
@@ -324,26 +330,37 @@ class SagoModel:
         graph. (:meth:`prefill` scores continuations on a shared prompt's cache instead.)
         Returns one float64 array of length n_targets[i] per sequence.
         """
+        return self._score_whole(token_ids, n_targets)[0]
+
+    def _score_whole(
+        self, token_ids: Sequence[Sequence[int]], n_targets: Sequence[int]
+    ) -> tuple[list[np.ndarray], list[bool]]:
+        """:meth:`target_logprobs`, and whether each sequence's last ``n_targets[i]`` tokens are each the
+        first arg-max after what precedes them."""
         lengths = np.array([len(ids) for ids in token_ids], dtype=np.int64)
         wanted = np.asarray(n_targets, dtype=np.int64)  # (n,)
         if (wanted < 1).any() or (wanted >= lengths).any():
             raise InputError("each sequence needs at least one target token and one token before it")
         out: list[np.ndarray] = [np.empty(0)] * len(token_ids)
+        greedy = [False] * len(token_ids)
 
         def run_batch(batch: np.ndarray) -> None:
             ids, mask = left_pad([token_ids[i] for i in batch], self.pad_id)
             k = int(wanted[batch].max())
             feeds = prefill_feeds(self.session, ids, mask)
             feeds["target_ids"] = np.ascontiguousarray(ids[:, -k:])
-            logp = self._run(feeds)["target_logprobs"]
+            result = self._run(feeds)
+            logp, best = result["target_logprobs"], result["target_best"]  # (batch, k) each
             for row, i in enumerate(batch):
                 out[i] = logp[row, k - wanted[i] :].astype(np.float64)
+                targets = ids[row, ids.shape[1] - wanted[i] :]
+                greedy[i] = bool((best[row, k - wanted[i] :] == targets).all())
 
         self.progress.start("score", len(token_ids), "pair")
         for batch in plan_batches(lengths, self.batch_policy):
             run_with_backoff(run_batch, batch, self._shrink_batches)
             self.progress.advance(len(batch), int(lengths[batch].sum()))
-        return out
+        return out, greedy
 
     def generate(self, texts: Sequence[str], settings: GenerationSettings | None = None) -> list[Generation]:
         """Greedy continuations of ``texts`` (token-identical to HF ``generate(do_sample=False)``).

@@ -26,6 +26,7 @@ to ~1.5 GB for option blocks alone.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -70,16 +71,35 @@ def _block_groups(widths: np.ndarray, active: np.ndarray, vocab: int) -> list[sl
     return groups
 
 
-def first_token_logprobs(
+@dataclass
+class ScoredContinuations:
+    """The continuations of a batch of prompts, scored.
+
+    logprobs[r][j]: (len,) float64 log-probs of the tokens of continuation j of prompt r; greedy[r][j]:
+    whether each of its tokens is the first arg-max after what precedes it (lm-eval's ``is_greedy``: greedy
+    decoding would produce it); tokens: what the passes on the prompts' caches processed (padding
+    excluded).
+    """
+
+    logprobs: list[list[np.ndarray]]
+    greedy: list[list[bool]]
+    tokens: int = 0
+
+
+def first_tokens(
     next_logprobs: np.ndarray, continuations: Sequence[Sequence[Sequence[int]]]
-) -> list[list[np.ndarray]]:
-    """[r][j] -> the log-prob of continuation j's first token after prompt r, as a (1,) float64 array
-    ((0,) for an empty continuation): what a one-token continuation's score is, with no pass on the
-    cache. next_logprobs: (b, vocab); continuations[r]: token lists continuing prompt r."""
-    return [
-        [np.array([next_logprobs[r, c[0]]], dtype=np.float64) if c else np.empty(0) for c in conts]
-        for r, conts in enumerate(continuations)
-    ]
+) -> ScoredContinuations:
+    """Each continuation's first token after its prompt, with no pass on the cache: a one-token
+    continuation's whole score ((1,) log-probs; (0,) for an empty one). next_logprobs: (b, vocab);
+    continuations[r]: token lists continuing prompt r."""
+    best = np.argmax(next_logprobs, axis=1)  # (b,) the first maximum, as greedy decoding picks
+    return ScoredContinuations(
+        [
+            [np.array([next_logprobs[r, c[0]]], dtype=np.float64) if c else np.empty(0) for c in conts]
+            for r, conts in enumerate(continuations)
+        ],
+        [[not c or c[0] == best[r] for c in conts] for r, conts in enumerate(continuations)],
+    )
 
 
 def score_on_prefix(
@@ -91,22 +111,20 @@ def score_on_prefix(
     continuations: Sequence[Sequence[Sequence[int]]],
     policy: BatchPolicy,
     pad_id: int,
-) -> tuple[list[list[np.ndarray]], int]:
-    """Per-token log-probs of every continuation of every prompt of one prefilled batch.
+) -> ScoredContinuations:
+    """Every continuation of every prompt of one prefilled batch, scored.
 
     presents: present.* of the prefill (name -> (b, kv_heads, P, head_dim)); prompt_ids, mask: (b, P) the
     left-padded prompts; next_logprobs: (b, vocab); continuations[r]: token lists continuing prompt r.
-    Returns ([r][j] -> (len,) float64, tokens processed by the block passes).
     """
-    out = first_token_logprobs(next_logprobs, continuations)  # longer ones are scored whole below
+    out = first_tokens(next_logprobs, continuations)  # longer ones are scored whole below
     # (prompt row, continuation index) scored by a block pass
     rows = [(r, j) for r, conts in enumerate(continuations) for j, cont in enumerate(conts) if len(cont) > 1]
     if not rows:
-        return out, 0
+        return out
     prefix = mask.shape[1] - 1
     costs = np.array([prefix + len(continuations[r][j]) + 1 for r, j in rows], dtype=np.int64)
     past_names = dict(zip(presents, past_input_names(list(presents)), strict=True))
-    tokens = 0
     vocab = next_logprobs.shape[1]
     for group in _within_logits_budget(plan_batches(costs, policy), rows, continuations, vocab):
         picked = [rows[g] for g in group]
@@ -120,12 +138,15 @@ def score_on_prefix(
         }
         for name, value in presents.items():
             feeds[past_names[name]] = np.ascontiguousarray(value[owners, :, :-1])
-        logp = run(feeds)["target_logprobs"]  # (g, Kmax)
+        result = run(feeds)
+        logp, best = result["target_logprobs"], result["target_best"]  # (g, Kmax) each
         for row, (r, j) in enumerate(picked):
-            k = len(continuations[r][j])
-            out[r][j] = logp[row, logp.shape[1] - k :].astype(np.float64)
-        tokens += int(block_mask.sum())
-    return out, tokens
+            cont = continuations[r][j]
+            k = len(cont)
+            out.logprobs[r][j] = logp[row, logp.shape[1] - k :].astype(np.float64)
+            out.greedy[r][j] = best[row, best.shape[1] - k :].tolist() == list(cont)
+        out.tokens += int(block_mask.sum())
+    return out
 
 
 def score_in_blocks(
@@ -135,15 +156,14 @@ def score_in_blocks(
     next_logprobs: np.ndarray,
     continuations: Sequence[Sequence[Sequence[int]]],
     pad_id: int,
-) -> tuple[list[list[np.ndarray]], int]:
+) -> ScoredContinuations:
     """:func:`score_on_prefix` in option blocks: one row per prompt, its continuations after its cache.
 
     cache: present.* of the prefill ((b, kv_heads, P, head_dim) each, on the host or the device), fed back
     unchanged (contiguous row ranges; on the device the whole batch, or its rows gathered there); mask:
     (b, P); next_logprobs: (b, vocab); continuations[r]: token lists continuing prompt r.
-    Returns ([r][j] -> (len,) float64, tokens processed by the block passes).
     """
-    out = first_token_logprobs(next_logprobs, continuations)
+    out = first_tokens(next_logprobs, continuations)
     # row r: every continuation longer than one token without its last token (it predicts nothing),
     # back to back, segment k + 1 for the k-th of them; each position's target is its continuation's next
     # token. One masked pad column closes every row: T = new - 1 targets then cover every real position.
@@ -169,8 +189,7 @@ def score_in_blocks(
     widths = np.array([len(b) for b in inputs], dtype=np.int64)
     active = np.flatnonzero(widths)
     if not len(active):
-        return out, 0
-    processed = 0
+        return out
     for rows in _block_groups(widths, active, next_logprobs.shape[1]):
         group = list(range(len(inputs)))[rows] if isinstance(rows, slice) else rows.tolist()
         closed = [[*inputs[r], pad_id] for r in group]
@@ -185,12 +204,15 @@ def score_in_blocks(
             "target_ids": block_targets,
             **cache.rows(rows),
         }
-        logp = run(feeds)["target_logprobs"]  # (g, W)
+        result = run(feeds)
+        logp, best = result["target_logprobs"], result["target_best"]  # (g, W) each
         pad = block_targets.shape[1] - widths[group]
         for row, r in enumerate(group):
             for j, offset in starts[r]:
+                cont = continuations[r][j]
                 at = pad[row] + offset  # the continuation's first position: it predicts its second token
-                predicted = logp[row, at : at + len(continuations[r][j]) - 1]
-                out[r][j] = np.concatenate([out[r][j], predicted.astype(np.float64)])
-        processed += int(block_mask.sum())
-    return out, processed
+                predicted = logp[row, at : at + len(cont) - 1]
+                out.logprobs[r][j] = np.concatenate([out.logprobs[r][j], predicted.astype(np.float64)])
+                out.greedy[r][j] &= best[row, at : at + len(cont) - 1].tolist() == list(cont[1:])
+        out.tokens += int(block_mask.sum())
+    return out

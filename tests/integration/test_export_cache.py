@@ -130,7 +130,9 @@ def test_manifest_describes_graph(checkpoints, cache_dir):
     model = sago_fast.load_model(checkpoints["gemma"], cache_dir=cache_dir)
     manifest = json.loads((model.exported.path / "manifest.json").read_text())
     assert manifest["content_hash"] == model.model_id
-    assert manifest["outputs"] == ["hidden_last", "hidden_mean", "next_logprobs", "target_logprobs"]
+    assert manifest["outputs"] == [
+        "hidden_last", "hidden_mean", "next_logprobs", "target_logprobs", "target_best"
+    ]  # fmt: skip
     assert manifest["files"] == {"model": "model.onnx"} and manifest["kv_cache"] is True
     assert (model.exported.path / "tokenizer.json").is_file()
 

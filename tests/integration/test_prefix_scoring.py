@@ -109,3 +109,39 @@ def test_generation_continues_from_the_prefill(checkpoints, cache_dir):
     for a, b in zip(result.continuation_logprobs, plain.continuation_logprobs, strict=True):
         for x, y in zip(a, b, strict=True):
             np.testing.assert_allclose(x, y, atol=TOL, rtol=0)
+
+
+def hf_is_greedy(hf, prompt, cont):
+    """lm-eval's ``is_greedy``: the arg-max of the log-softmax at every continuation position (HF eager)."""
+    ids = torch.tensor([prompt + cont])
+    with torch.no_grad():
+        logp = torch.log_softmax(hf(ids).logits[0].float(), -1)
+    return bool((logp[len(prompt) - 1 : len(prompt) - 1 + len(cont)].argmax(-1) == torch.tensor(cont)).all())
+
+
+@pytest.mark.parametrize("arch", ARCHITECTURES.names())
+def test_greedy_continuations_are_read_from_the_scoring_passes(arch, checkpoints, cache_dir):
+    """Whether a continuation is what greedy decoding produces (lm-eval's is_greedy), for one-token
+    continuations, option blocks, one row per continuation and whole sequences: as HF eager's arg-max
+    says, and true exactly for the model's own greedy tokens."""
+    model = sago_fast.load_model(checkpoints[arch], cache_dir=cache_dir, batch_policy=BatchPolicy(24, 2))
+    hf = AutoModelForCausalLM.from_pretrained(
+        checkpoints[arch], dtype=torch.float32, attn_implementation="eager"
+    )
+    settings = GenerationSettings(max_new_tokens=4, stop=(), stop_at_eos=False)
+    decoded = [list(g.token_ids) for g in model.generate_ids(PROMPTS, settings)]
+    vocab = int(model.exported.manifest["vocab_size"])
+    continuations, expected = [], []
+    for tokens in decoded:
+        other = [(t + 1) % vocab for t in tokens]
+        conts = [tokens, tokens[:1], tokens[:2], tokens[:3] + other[3:], other[:1] + tokens[1:], other[:1]]
+        continuations.append(conts)
+        expected.append([True, True, True, False, False, False])
+    result = model.prefill(PROMPTS, continuations)
+    assert result.continuation_greedy == expected
+    pairs = [(p, c) for p, conts in zip(PROMPTS, continuations, strict=True) for c in conts]
+    assert [g for per_prompt in result.continuation_greedy for g in per_prompt] == [
+        hf_is_greedy(hf, p, c) for p, c in pairs
+    ]
+    _, whole = model._score_whole([p + c for p, c in pairs], [len(c) for _, c in pairs])
+    assert whole == [g for per_prompt in expected for g in per_prompt]

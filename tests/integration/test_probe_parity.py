@@ -70,6 +70,7 @@ def test_pooled_outputs_have_no_sequence_axis(arch, checkpoints, cache_dir):
     assert shapes["hidden_mean"] == [model.n_layers + 1, "batch_size", model.d_model]
     assert shapes["next_logprobs"] == ["batch_size", model.exported.manifest["vocab_size"]]
     assert shapes["target_logprobs"] == ["batch_size", "target_length"]
+    assert shapes["target_best"] == ["batch_size", "target_length"]
 
 
 def test_small_token_budget_gives_same_numbers(checkpoints, cache_dir):
