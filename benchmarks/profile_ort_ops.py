@@ -7,6 +7,7 @@ folding, prepacked weights); the batch is ``--batch`` prompts of ``--tokens`` ra
 The first ``--warmup`` calls are not counted; the report is the median call of ``--repeats``.
 
     python benchmarks/profile_ort_ops.py --batch 37 --tokens 110
+    python benchmarks/profile_ort_ops.py --batch 8 --tokens 40 --past 110 --score   # an option block pass
 """
 
 from __future__ import annotations
@@ -34,6 +35,11 @@ def main() -> None:
     parser.add_argument(
         "--past", type=int, default=0, help="positions already in the KV cache (a pass continuing it)"
     )
+    parser.add_argument(
+        "--score",
+        action="store_true",
+        help="score every new token but the first (target_ids), as an option block pass does",
+    )
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "sago-bench-lmeval")
@@ -58,6 +64,8 @@ def main() -> None:
         str(path), so, providers=["CPUExecutionProvider"], disabled_optimizers=["ConstantFolding"]
     )
     feeds = prefill_feeds(session, args.batch, args.tokens, int(weights["vocab_size"]), args.past)
+    if args.score:
+        feeds["target_ids"] = np.ascontiguousarray(feeds["input_ids"][:, 1:])
     names = [o.name for o in session.get_outputs() if not o.name.startswith("present.")]
     for _ in range(args.warmup + args.repeats):
         session.run(names, feeds)
@@ -115,7 +123,7 @@ def report(nodes: list[dict], seconds: float, tokens: int) -> None:
         f"one pass of {tokens} new tokens: {seconds:.2f} s ({tokens / seconds:.0f} tokens/s), "
         f"{len(nodes)} nodes, {total / 1e6:.2f} s in them"
     )
-    for op, us in by_op.most_common(12):
+    for op, us in by_op.most_common(14):
         print(f"  {op:30s} {us / 1e3:8.1f} ms  {us / total:6.1%}  x{count[op]}")
     share = linear_us / total
     rate = f", {linear_flop / linear_us / 1e3:.0f} GFLOP/s"
