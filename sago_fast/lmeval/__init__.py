@@ -9,7 +9,9 @@ imported until lm-eval builds the model), so ``lm_eval.simple_evaluate(model="sa
 - :mod:`.requests`: grouping lm-eval's requests into sago passes (one prefill per context);
 - :mod:`.records`: lm-eval's per-request results in a results file (``sago_db=FILE``);
 - :mod:`.tasks`: a task YAML with local data as a sago dataset (``--dataset lmeval:task.yaml``);
-- :mod:`.each`: a list of checkpoints (a training run) through lm-eval, one after the other.
+- :mod:`.each`: a list of checkpoints (a training run) through lm-eval, one after the other;
+- :mod:`.task_index`: lm-eval's task index built once (per command, and per lm-eval version for its own
+  tasks).
 """
 
 from __future__ import annotations

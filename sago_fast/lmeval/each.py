@@ -2,8 +2,9 @@
 :func:`evaluate_each`.
 
 ``pretrained`` may name many checkpoints as ``sago run -m`` does (a training-run folder, a glob, a list
-file). Each is evaluated in turn in this process: lm-eval is imported and its task index built once
-(:func:`task_index_built_once`), and sibling checkpoints (same architecture) open the first one's export
+file). Each is evaluated in turn in this process: lm-eval is imported once and its task index reused
+(:func:`sago_fast.lmeval.task_index.task_index_reused`: once per command, and the index of lm-eval's own
+tasks once per lm-eval version), and sibling checkpoints (same architecture) open the first one's export
 with their own weights (no re-export).
 """
 
@@ -12,12 +13,12 @@ from __future__ import annotations
 import logging
 import re
 import sys
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager, nullcontext
+from collections.abc import Sequence
 from typing import Any
 
 from sago_fast.errors import InputError, SagoError
 from sago_fast.lmeval import MODEL_NAMES
+from sago_fast.lmeval.task_index import task_index_reused
 
 log = logging.getLogger(__name__)
 
@@ -87,30 +88,6 @@ def lmeval_argvs(argv: Sequence[str]) -> list[tuple[str, list[str]]]:
     ]
 
 
-@contextmanager
-def task_index_built_once() -> Iterator[None]:
-    """lm-eval's task index (every task YAML it ships and those of ``--include_path``: ~4 s of YAML
-    parsing on 2 cores) built once for all the checkpoints of one command instead of once per checkpoint:
-    lm-eval rebuilds it in each run's ``TaskManager``. Each run gets its own copy of the index."""
-    from lm_eval.tasks._index import TaskIndex
-
-    build = TaskIndex.__dict__["build"]  # the staticmethod itself, put back afterwards
-    built: dict[tuple[Any, ...], dict[str, Any]] = {}
-
-    def build_once(paths: Any, *, resolve_includes: bool = True) -> dict[str, Any]:
-        paths = list(paths)
-        key = (tuple(str(p) for p in paths), resolve_includes)
-        if key not in built:
-            built[key] = build.__func__(paths, resolve_includes=resolve_includes)
-        return dict(built[key])
-
-    TaskIndex.build = staticmethod(build_once)  # type: ignore[method-assign]
-    try:
-        yield
-    finally:
-        TaskIndex.build = build  # type: ignore[method-assign]
-
-
 def run_lmeval_cli(argv: Sequence[str]) -> None:
     """``lm_eval run ARGV`` in this process for each checkpoint ``--model_args pretrained=`` names, with
     the sago backend registered."""
@@ -121,7 +98,7 @@ def run_lmeval_cli(argv: Sequence[str]) -> None:
     except ImportError:
         raise InputError("lm-eval is not installed: pip install 'sago_fast[lmeval]'") from None
     runs = [("", ["-h"])] if "-h" in argv else lmeval_argvs(argv)  # -h: lm-eval's own flags
-    with task_index_built_once() if len(runs) > 1 else nullcontext():
+    with task_index_reused():
         for n, (checkpoint, args) in enumerate(runs, start=1):
             if len(runs) > 1:
                 log.warning("checkpoint %d of %d: %s", n, len(runs), checkpoint)
@@ -149,7 +126,7 @@ def evaluate_each(pretrained: str, model_args: str = "", **simple_evaluate: Any)
 
     results: dict[str, Any] = {}
     checkpoints = checkpoints_of(pretrained)
-    with task_index_built_once() if len(checkpoints) > 1 else nullcontext():
+    with task_index_reused():
         for checkpoint in checkpoints:
             args = ",".join(a for a in (f"pretrained={checkpoint}", model_args) if a)
             results[checkpoint] = lm_eval.simple_evaluate(model="sago", model_args=args, **simple_evaluate)

@@ -67,27 +67,115 @@ def test_a_device_in_the_model_args_becomes_lm_evals_device_flag():
     assert argv[argv.index("--device") + 1] == "cuda"
 
 
+TINY_TASK = (
+    "task: {name}\ndataset_path: json\noutput_type: multiple_choice\n"
+    'doc_to_text: "{text}"\ndoc_to_choice: ["A", "B"]\ndoc_to_target: 0\n'
+)
+
+
+def tiny_task(folder: Path, name: str, text: str = "{{q}}") -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.yaml"
+    path.write_text(TINY_TASK.format(name=name, text=text), encoding="utf-8")
+    return path
+
+
+def counted_reads(monkeypatch) -> list[Path]:
+    from lm_eval.tasks import _index
+
+    reads: list[Path] = []
+    real_load = _index.load_yaml
+    monkeypatch.setattr(_index, "load_yaml", lambda *a, **k: reads.append(Path(a[0])) or real_load(*a, **k))
+    return reads
+
+
 def test_the_task_index_is_built_once_for_many_checkpoints(tmp_path, monkeypatch):
     pytest.importorskip("lm_eval")
     from lm_eval.tasks import TaskManager, _index
 
-    from sago_fast.lmeval.each import task_index_built_once
+    from sago_fast.lmeval.task_index import task_index_reused
 
-    (tmp_path / "t.yaml").write_text(
-        "task: tiny_task\ndataset_path: json\noutput_type: multiple_choice\n"
-        'doc_to_text: "{{q}}"\ndoc_to_choice: ["A", "B"]\ndoc_to_target: 0\n',
-        encoding="utf-8",
-    )
-    reads = []
-    real_load = _index.load_yaml
-    monkeypatch.setattr(_index, "load_yaml", lambda *a, **k: reads.append(a[0]) or real_load(*a, **k))
+    tiny_task(tmp_path / "tasks", "tiny_task")
+    reads = counted_reads(monkeypatch)
     original = _index.TaskIndex.__dict__["build"]
-    with task_index_built_once():
-        first = TaskManager(include_path=str(tmp_path), include_defaults=False)
-        second = TaskManager(include_path=str(tmp_path), include_defaults=False)
+    with task_index_reused(tmp_path / "store"):
+        first = TaskManager(include_path=str(tmp_path / "tasks"), include_defaults=False)
+        second = TaskManager(include_path=str(tmp_path / "tasks"), include_defaults=False)
     assert len(reads) == 1  # the YAML was read for the first manager only
     assert first.all_tasks == second.all_tasks == ["tiny_task"]
     assert first.task_index is not second.task_index  # each run has its own copy
     assert _index.TaskIndex.__dict__["build"] is original  # put back
-    TaskManager(include_path=str(tmp_path), include_defaults=False)
+    TaskManager(include_path=str(tmp_path / "tasks"), include_defaults=False)
     assert len(reads) == 2  # outside: lm-eval's own behaviour again
+
+
+def test_the_shipped_tasks_index_is_stored_and_built_again_when_a_yaml_changes(tmp_path, monkeypatch):
+    """The shipped folder's index comes from the store in a later command; include folders are read
+    afresh and override shipped tasks of the same name; an edited shipped YAML builds it again."""
+    pytest.importorskip("lm_eval")
+    from lm_eval.tasks import _index
+
+    from sago_fast.lmeval import task_index
+
+    shipped, mine, store = tmp_path / "shipped", tmp_path / "mine", tmp_path / "store"
+    tiny_task(shipped, "shipped_a")
+    edited = tiny_task(shipped, "shipped_b")
+    tiny_task(mine, "shipped_a", text="mine: {{q}}")  # overrides the shipped task of that name
+    monkeypatch.setattr(task_index, "shipped_tasks_folder", lambda: shipped)
+    reads = counted_reads(monkeypatch)
+    fresh = _index.TaskIndex.build([shipped, mine])
+    assert len(reads) == 3
+    for command in range(3):
+        if command == 2:
+            tiny_task(shipped, "shipped_b", text="edited: {{q}}")
+            fresh = _index.TaskIndex.build([shipped, mine])
+        del reads[:]
+        with task_index.task_index_reused(store):  # one command
+            index = _index.TaskIndex.build([shipped, mine])
+        assert {name: (e.yaml_path, e.cfg) for name, e in index.items()} == {
+            name: (e.yaml_path, e.cfg) for name, e in fresh.items()
+        }
+        assert index["shipped_a"].cfg["doc_to_text"] == "mine: {{q}}"
+        # the first command builds and stores the shipped index, the second reads it, the third rebuilds it
+        expected = (
+            [*shipped.glob("*.yaml"), mine / "shipped_a.yaml"] if command != 1 else [mine / "shipped_a.yaml"]
+        )
+        assert sorted(reads) == sorted(expected)
+    assert index["shipped_b"].cfg["doc_to_text"] == "edited: {{q}}" and edited.is_file()
+    assert len(list(store.glob("*.pickle"))) == 2  # one per version of the shipped YAMLs
+
+
+def test_lm_evals_own_tasks_come_from_the_store_in_a_later_command(tmp_path, monkeypatch):
+    """With lm-eval's real shipped tasks: a later command reads only the include folder's YAML, and sees
+    the same tasks."""
+    pytest.importorskip("lm_eval")
+    from lm_eval.tasks import TaskManager
+
+    from sago_fast.lmeval.task_index import task_index_reused
+
+    tiny_task(tmp_path / "tasks", "tiny_task")
+    with task_index_reused(tmp_path / "store"):
+        first = TaskManager(include_path=str(tmp_path / "tasks"))
+    reads = counted_reads(monkeypatch)
+    with task_index_reused(tmp_path / "store"):
+        later = TaskManager(include_path=str(tmp_path / "tasks"))
+    assert reads == [tmp_path / "tasks" / "tiny_task.yaml"]
+    assert later.all_tasks == first.all_tasks
+    assert {"mmlu", "tiny_task"} <= set(later.all_tasks)
+
+
+def test_a_store_that_cannot_be_written_still_gives_the_index(tmp_path, monkeypatch, caplog):
+    pytest.importorskip("lm_eval")
+    from lm_eval.tasks import _index
+
+    from sago_fast.lmeval import task_index
+
+    shipped = tmp_path / "shipped"
+    tiny_task(shipped, "shipped_a")
+    monkeypatch.setattr(task_index, "shipped_tasks_folder", lambda: shipped)
+    blocked = tmp_path / "a-file"
+    blocked.write_text("not a folder", encoding="utf-8")
+    with task_index.task_index_reused(blocked):
+        index = _index.TaskIndex.build([shipped])
+    assert list(index) == ["shipped_a"]
+    assert "lm-eval task index not stored" in caplog.text
