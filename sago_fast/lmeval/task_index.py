@@ -9,8 +9,8 @@ open, lm-eval's ``TaskIndex.build``:
   ``sago lm-eval`` or :func:`sago_fast.lmeval.each.evaluate_each`);
 - reads the shipped folder's part from ``$SAGO_CACHE_DIR/lmeval-index/<key>.pickle``, where the key hashes
   lm-eval's version, Python's, and the path, size and modification time of every shipped YAML, so an
-  upgrade or an edit builds it again. It is written to a temporary name and renamed (commands that build it
-  at the same time write the same bytes).
+  upgrade or an edit builds it again. It is written to a temporary name and renamed (:mod:`sago_fast.atomic`;
+  commands that build it at the same time write the same bytes).
 
 ``--include_path`` folders are always parsed afresh (users edit them) and override shipped tasks of the
 same name, as lm-eval's own merge does.
@@ -20,15 +20,14 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import pickle
 import sys
-import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from sago_fast.atomic import atomic_path
 from sago_fast.paths import cache_root
 
 log = logging.getLogger(__name__)
@@ -69,18 +68,11 @@ def _stored_index(build: Any, folder: Path, resolve_includes: bool, store: Path)
     except Exception as exc:  # unreadable: built again and replaced
         log.warning("lm-eval task index %s unreadable (%s): building it again", file, exc)
     index = build([folder], resolve_includes=resolve_includes)
-    temporary: str | None = None
     try:
-        store.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=store, suffix=".tmp", delete=False) as out:
-            temporary = out.name
+        with atomic_path(file) as temporary, temporary.open("wb") as out:
             pickle.dump(index, out, protocol=pickle.HIGHEST_PROTOCOL)
-        os.chmod(temporary, 0o644)  # as other cache files (the temporary file is private)
-        os.replace(temporary, file)
     except OSError as exc:  # a read-only cache: this command still has its index
         log.warning("lm-eval task index not stored in %s: %s", store, exc)
-        if temporary is not None:
-            Path(temporary).unlink(missing_ok=True)
     return index
 
 
