@@ -98,7 +98,7 @@ def first_tokens(
             [np.array([next_logprobs[r, c[0]]], dtype=np.float64) if c else np.empty(0) for c in conts]
             for r, conts in enumerate(continuations)
         ],
-        [[not c or c[0] == best[r] for c in conts] for r, conts in enumerate(continuations)],
+        [[not c or int(c[0]) == int(best[r]) for c in conts] for r, conts in enumerate(continuations)],
     )
 
 
@@ -213,6 +213,7 @@ def score_in_blocks(
                 at = pad[row] + offset  # the continuation's first position: it predicts its second token
                 predicted = logp[row, at : at + len(cont) - 1]
                 out.logprobs[r][j] = np.concatenate([out.logprobs[r][j], predicted.astype(np.float64)])
-                out.greedy[r][j] &= best[row, at : at + len(cont) - 1].tolist() == list(cont[1:])
+                rest = best[row, at : at + len(cont) - 1].tolist() == list(cont[1:])
+                out.greedy[r][j] = out.greedy[r][j] and rest
         out.tokens += int(block_mask.sum())
     return out

@@ -139,6 +139,7 @@ def test_greedy_continuations_are_read_from_the_scoring_passes(arch, checkpoints
         expected.append([True, True, True, False, False, False])
     result = model.prefill(PROMPTS, continuations)
     assert result.continuation_greedy == expected
+    assert {type(g) for per_prompt in result.continuation_greedy for g in per_prompt} == {bool}
     pairs = [(p, c) for p, conts in zip(PROMPTS, continuations, strict=True) for c in conts]
     assert [g for per_prompt in result.continuation_greedy for g in per_prompt] == [
         hf_is_greedy(hf, p, c) for p, c in pairs
