@@ -47,8 +47,9 @@ class Prefill:
 
     continuation_logprobs[i][j]: (len,) float64 log-probs of the tokens of continuation j of prompt i;
     continuation_greedy[i][j]: whether each of those tokens is the first arg-max after what precedes it
-    (lm-eval's ``is_greedy``), read from the same passes; generations: greedy continuations (when asked for); tokens_processed: every token that went through
-    the graph (prompts once, continuation blocks, decode steps), padding excluded.
+    (lm-eval's ``is_greedy``), read from the same passes; generations: greedy continuations (when asked
+    for); tokens_processed: every token that went through the graph (prompts once, continuation blocks,
+    decode steps), padding excluded.
     """
 
     probe: ProbeResult
