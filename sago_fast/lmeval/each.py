@@ -88,6 +88,45 @@ def lmeval_argvs(argv: Sequence[str]) -> list[tuple[str, list[str]]]:
     ]
 
 
+LIGHT_ARGS = {"device", "dtype", "batch_size", "cache_dir", "max_length", "add_bos_token", "prefix_token_id"}
+LIGHT_ARGS |= {"sago_db", "token_budget"}  # model arguments that leave what is exported unchanged
+
+
+def start_light_if_cached(runs: Sequence[tuple[str, list[str]]]) -> bool:
+    """Tokenizers without torch (:func:`sago_fast.runtime.light.start_without_torch_if_exported`: ~3 s of
+    transformers' import) when every checkpoint of a ``sago lm-eval`` command runs the sago backend with
+    its export already cached. Anything else (another model, an adapter's ``base=``, a dtype other than
+    the device's default, a checkpoint that does not resolve): nothing is changed and the run reports as
+    it would. Returns whether torch is left out of the tokenizers."""
+    from sago_fast.checkpoints.resolve import resolve_checkpoint
+    from sago_fast.errors import SagoError
+    from sago_fast.lmeval.backend import engine_device, sago_dtype
+    from sago_fast.runtime.light import start_without_torch_if_exported
+    from sago_fast.runtime.session import resolve_device
+    from sago_fast.types import ExportSettings
+
+    checkpoints, settings = [], set()
+    for checkpoint, argv in runs:
+        model, model_args, device = (_option(argv, f) for f in ("--model", MODEL_ARGS, "--device"))
+        if model is None or model[1] not in MODEL_NAMES or model_args is None:
+            return False
+        args = dict(a.split("=", 1) for a in split_model_args(model_args[1])[1].split(",") if "=" in a)
+        if not set(args) <= LIGHT_ARGS:
+            return False
+        try:
+            resolved = resolve_device(engine_device(device[1] if device else "auto"))
+            if sago_dtype(args.get("dtype")) not in (None, ExportSettings.for_device(resolved).dtype):
+                return False
+            checkpoints.append(resolve_checkpoint(checkpoint))
+        except SagoError:
+            return False
+        settings.add((resolved, args.get("cache_dir")))
+    if len(settings) != 1:
+        return False
+    device_of_all, cache_dir = settings.pop()
+    return start_without_torch_if_exported(checkpoints, device_of_all, cache_dir)
+
+
 def run_lmeval_cli(argv: Sequence[str]) -> None:
     """``lm_eval run ARGV`` in this process for each checkpoint ``--model_args pretrained=`` names, with
     the sago backend registered."""
@@ -98,6 +137,8 @@ def run_lmeval_cli(argv: Sequence[str]) -> None:
     except ImportError:
         raise InputError("lm-eval is not installed: pip install 'sago_fast[lmeval]'") from None
     runs = [("", ["-h"])] if "-h" in argv else lmeval_argvs(argv)  # -h: lm-eval's own flags
+    if "-h" not in argv:
+        start_light_if_cached(runs)
     with task_index_reused():
         for n, (checkpoint, args) in enumerate(runs, start=1):
             if len(runs) > 1:

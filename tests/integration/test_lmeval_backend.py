@@ -291,11 +291,13 @@ def test_sago_lm_eval_takes_a_training_run_one_checkpoint_after_the_other(
 
     import yaml
 
+    import sago_fast
     from tests.integration.test_units import sago_cmd
 
     run = tmp_path / "run"
     for step in (10, 2):
         shutil.copytree(checkpoints["llama"], run / f"checkpoint-{step}")
+    sago_fast.load_model(checkpoints["llama"], cache_dir=cache_dir).close()  # cached: a light start
     include = tmp_path / "tasks"
     include.mkdir()
     (include / "letter.yaml").write_text(yaml.safe_dump(tasks["letter"]), encoding="utf-8")

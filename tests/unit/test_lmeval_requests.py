@@ -179,3 +179,36 @@ def test_a_store_that_cannot_be_written_still_gives_the_index(tmp_path, monkeypa
         index = _index.TaskIndex.build([shipped])
     assert list(index) == ["shipped_a"]
     assert "lm-eval task index not stored" in caplog.text
+
+
+def test_a_cached_sago_lm_eval_command_starts_its_tokenizers_without_torch(tmp_path, monkeypatch):
+    """``sago lm-eval`` asks for the light start (tokenizers without torch) with the checkpoints, device
+    and cache its runs use; another model, an adapter's base, a dtype other than the device's default or a
+    checkpoint that does not resolve leave it alone."""
+    pytest.importorskip("lm_eval")
+    import sago_fast.checkpoints.resolve as resolve
+    import sago_fast.runtime.light as light
+    from sago_fast.errors import InputError
+    from sago_fast.lmeval.each import start_light_if_cached
+
+    asked = []
+    monkeypatch.setattr(light, "start_without_torch_if_exported", lambda *a: asked.append(a) or True)
+    monkeypatch.setattr(resolve, "resolve_checkpoint", lambda path: f"resolved {path}")
+    cache = tmp_path / "exports"
+    common = ["--tasks", "t", "--device", "cpu"]
+    runs = lmeval_argvs(["--model_args", f"pretrained=./m,cache_dir={cache},dtype=float32", *common])
+    assert start_light_if_cached(runs)
+    assert asked == [(["resolved ./m"], "cpu", str(cache))]
+    for other in (
+        ["--model", "hf", "--model_args", "pretrained=./m", *common],
+        ["--model_args", "pretrained=./adapter,base=./m", *common],
+        ["--model_args", "pretrained=./m,dtype=float16", *common],
+    ):
+        assert not start_light_if_cached(lmeval_argvs(other))
+
+    def missing(path):
+        raise InputError(f"{path}: no such checkpoint")
+
+    monkeypatch.setattr(resolve, "resolve_checkpoint", missing)
+    assert not start_light_if_cached(lmeval_argvs(["--model_args", "pretrained=./m", *common]))
+    assert len(asked) == 1
