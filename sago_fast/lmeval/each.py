@@ -99,7 +99,6 @@ def start_light_if_cached(runs: Sequence[tuple[str, list[str]]]) -> bool:
     the device's default, a checkpoint that does not resolve): nothing is changed and the run reports as
     it would. Returns whether torch is left out of the tokenizers."""
     from sago_fast.checkpoints.resolve import resolve_checkpoint
-    from sago_fast.errors import SagoError
     from sago_fast.lmeval.backend import engine_device, sago_dtype
     from sago_fast.runtime.light import start_without_torch_if_exported
     from sago_fast.runtime.session import resolve_device
@@ -118,7 +117,7 @@ def start_light_if_cached(runs: Sequence[tuple[str, list[str]]]) -> bool:
             if sago_dtype(args.get("dtype")) not in (None, ExportSettings.for_device(resolved).dtype):
                 return False
             checkpoints.append(resolve_checkpoint(checkpoint))
-        except SagoError:
+        except Exception:  # the run itself reports it, in lm-eval's flow
             return False
         settings.add((resolved, args.get("cache_dir")))
     if len(settings) != 1:
