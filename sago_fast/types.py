@@ -90,13 +90,22 @@ class PromptLayout:
     """A benchmark's own prompt for one example, taken apart (``lmeval:`` tasks): ``text`` is the prompt
     exactly as the benchmark renders it; ``question`` is where the question stands in it, ``options``
     where each option's text stands (empty when the prompt does not list them) and ``labels`` where each
-    option's label ("A") stands (empty when unlabelled). Spans are (start, end) character offsets, in
-    order and disjoint. See :func:`sago_fast.variants.render.render_layout`."""
+    option's label ("A") stands (empty when unlabelled); ``fields`` where each field name stands, each
+    followed by ``:`` ("Question", "Answer", the demonstrations' too); ``instruction`` the task's
+    description before everything else ((0, 0): none); ``shots`` each demonstration block, its trailing
+    delimiter included (empty in a 0-shot prompt); ``shot_labels`` the demonstrations' letters ("A" of their
+    option lines and of their answers), where ``labels`` are letters. Spans are (start, end) character offsets, in order;
+    those of one kind are disjoint, and every span but ``shots`` lies outside the others. See
+    :func:`sago_fast.variants.render.render_layout`."""
 
     text: str
     question: tuple[int, int]
     options: tuple[tuple[int, int], ...] = ()
     labels: tuple[tuple[int, int], ...] = ()
+    fields: tuple[tuple[int, int], ...] = ()
+    instruction: tuple[int, int] = (0, 0)
+    shots: tuple[tuple[int, int], ...] = ()
+    shot_labels: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ import hashlib
 import logging
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -59,14 +60,16 @@ def load_lmeval_task(spec: str, limit: int | None = None) -> Dataset:
     examples = []
     for doc_id, doc in enumerate(docs):
         where = f"{path}: doc {doc_id}"
-        prompt = task.fewshot_context(doc, num_fewshot=shots, gen_prefix=task.doc_to_prefix(doc))
+        prompt, turns = context_and_turns(task, doc, shots)
         if not isinstance(prompt, str):
             raise InputError(f"{where}: field 'doc_to_text': the prompt is not one text")
         example_id = f"{name}/{doc_id}"
+        own = len(prompt) - len(turns[-1]) if turns else 0  # the document's own turn starts here
         if output_type == "multiple_choice":
-            examples.append(multiple_choice_example(example_id, prompt, doc, task, where))
+            example = multiple_choice_example(example_id, prompt, doc, task, where, own)
         else:
-            examples.append(generation_example(example_id, prompt, doc, task, where))
+            example = generation_example(example_id, prompt, doc, task, where, own)
+        examples.append(with_parts(example, turns, shots))
     digest = hashlib.sha256(path.read_bytes())
     for example in examples:
         digest.update(repr((example.layout, example.options, example.answer_index, example.answers)).encode())
@@ -103,6 +106,90 @@ def build_task(path: Path) -> Any:
         quiet.setLevel(level)
 
 
+def context_and_turns(task: Any, doc: Any, shots: int) -> tuple[Any, list[str]]:
+    """lm-eval's context for ``doc`` (``fewshot_context``), and the text of each question-answer turn it
+    is built from, in order: the ``shots`` demonstrations', then the document's own ([] where this lm-eval
+    builds it otherwise)."""
+    build = getattr(task, "build_qa_turn", None)
+    turns: list[str] = []
+
+    def recorded(**kwargs: Any) -> Any:
+        messages = build(**kwargs)  # type: ignore[misc]
+        turns.append("".join(m.to_text() for m in messages))
+        return messages
+
+    if build is not None:
+        task.build_qa_turn = recorded  # this call only: the instance attribute is removed below
+    try:
+        prompt = task.fewshot_context(doc, num_fewshot=shots, gen_prefix=task.doc_to_prefix(doc))
+    finally:
+        if build is not None:
+            del task.build_qa_turn
+    body = "".join(turns)
+    if len(turns) != shots + 1 or not isinstance(prompt, str) or not prompt.endswith(body):
+        turns = []  # a chat template, several inputs, another lm-eval: no parts beyond the question
+    return prompt, turns
+
+
+FIELD = re.compile(r"(?m)^[ \t]*([A-Za-z]+(?: [A-Za-z]+){0,2}):(?=\s|$)")  # "Question:", "Answer:" ...
+
+
+def _outside(span: tuple[int, int], taken: Sequence[tuple[int, int]]) -> bool:
+    return all(span[1] <= start or end <= span[0] for start, end in taken)
+
+
+def field_spans(text: str, final: int, taken: Sequence[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
+    """Where the field names stand: the names ending a line's first words with ``:`` in the document's own
+    turn (from ``final``), outside the ``taken`` spans (question, options, labels, instruction), and the
+    same names at the start of lines elsewhere (the demonstrations')."""
+    found = [m for m in FIELD.finditer(text) if _outside((m.start(1), m.end(1) + 1), taken)]
+    names = {m.group(1) for m in found if m.start(1) >= final}
+    return tuple(m.span(1) for m in found if m.group(1) in names)
+
+
+def with_parts(example: Example, turns: Sequence[str], shots: int) -> Example:
+    """``example`` with its layout's instruction, demonstrations and field names found (see
+    :class:`~sago_fast.types.PromptLayout`), from the turns lm-eval built its prompt from."""
+    layout = example.layout
+    assert layout is not None
+    text = layout.text
+    instruction, final = (0, 0), 0
+    shot_spans: tuple[tuple[int, int], ...] = ()
+    if turns:
+        at = len(text) - len("".join(turns))
+        if text[:at].strip():
+            instruction = (0, len(text[:at].rstrip()))
+        starts = [at + sum(len(t) for t in turns[:i]) for i in range(len(turns) + 1)]
+        shot_spans = tuple((starts[i], starts[i + 1]) for i in range(shots))
+        final = starts[shots]
+    taken = [layout.question, *layout.options, *layout.labels, instruction]
+    fields = field_spans(text, final, taken)
+    cue = text[fields[-1][0] : fields[-1][1]] if fields and not text[fields[-1][1] + 1 :].strip() else None
+    labels = shot_labels(text, shot_spans, len(layout.labels), cue) if layout.labels else ()
+    found = replace(layout, fields=fields, instruction=instruction, shots=shot_spans, shot_labels=labels)
+    return replace(example, layout=found)
+
+
+def shot_labels(
+    text: str, shots: Sequence[tuple[int, int]], n: int, cue: str | None
+) -> tuple[tuple[int, int], ...]:
+    """Where the demonstrations' letters stand: their options' labels (lines ``A. text``, as the
+    document's ``n``) and the letter each answers with after the answer cue ``cue:``."""
+    spans: list[tuple[int, int]] = []
+    for start, end in shots:
+        block = text[start:end]
+        listed = labelled_options(block, n)
+        if listed is None:
+            continue
+        spans += [(start + a, start + b) for a, b in listed[0]]
+        answers = (
+            list(re.finditer(rf"(?m)^[ \t]*{re.escape(cue)}:[ \t]*([A-Z])[ \t]*$", block)) if cue else []
+        )
+        if answers and LABELS.index(answers[-1].group(1)) < n:
+            spans.append((start + answers[-1].start(1), start + answers[-1].end(1)))
+    return tuple(sorted(spans))
+
+
 def _beside(folder: Path, files: Any) -> Any:
     """``data_files`` with each relative path that exists beside the YAML made absolute."""
     if isinstance(files, str):
@@ -133,10 +220,12 @@ def _target(task: Any, doc: Any, choices: Sequence[str], where: str) -> int:
     raise InputError(f"{where}: field 'doc_to_target': {target!r} is not one of the {len(choices)} choices")
 
 
-def labelled_options(prompt: str, n: int) -> tuple[list[tuple[int, int]], list[tuple[int, int]]] | None:
+def labelled_options(
+    prompt: str, n: int, at: int = 0
+) -> tuple[list[tuple[int, int]], list[tuple[int, int]]] | None:
     """(label spans, option text spans) of lines ``A. text`` ... for the first ``n`` letters, in order
-    (``A.``, ``A)`` or ``A:``), or None when the prompt does not list them so."""
-    labels, options, at = [], [], 0
+    (``A.``, ``A)`` or ``A:``) from offset ``at``, or None when the prompt does not list them so."""
+    labels, options = [], []
     for j in range(n):
         found = re.compile(rf"(?m)^({LABELS[j]})[.):] +(\S[^\n]*)$").search(prompt, at)
         if found is None:
@@ -147,11 +236,12 @@ def labelled_options(prompt: str, n: int) -> tuple[list[tuple[int, int]], list[t
     return labels, options
 
 
-def shown_options(prompt: str, choices: Sequence[str]) -> list[tuple[int, int]] | None:
-    """Where each choice stands in the prompt, in order, each once; None when they do not all."""
-    spans, at = [], 0
+def shown_options(prompt: str, choices: Sequence[str], at: int = 0) -> list[tuple[int, int]] | None:
+    """Where each choice stands in the prompt from offset ``at``, in order, each once; None when they do
+    not all."""
+    spans = []
     for choice in choices:
-        if not choice.strip() or prompt.count(choice) != 1:
+        if not choice.strip() or prompt.count(choice, at) != 1:
             return None
         start = prompt.find(choice, at)
         if start < 0:
@@ -161,16 +251,16 @@ def shown_options(prompt: str, choices: Sequence[str]) -> list[tuple[int, int]] 
     return spans
 
 
-def question_span(prompt: str, doc: Any, before: int, where: str) -> tuple[int, int]:
+def question_span(prompt: str, doc: Any, before: int, where: str, after: int = 0) -> tuple[int, int]:
     """Where the document's question stands: the longest string field of ``doc`` found in ``prompt``
-    before offset ``before`` (its last occurrence there; stripped as templates strip it)."""
+    between offsets ``after`` and ``before`` (its last occurrence there; stripped as templates strip it)."""
     best: tuple[int, int] | None = None
     fields = doc.items() if isinstance(doc, Mapping) else []
     for _, value in fields:
         if not isinstance(value, str) or not value.strip():
             continue
         text = value.strip()
-        start = prompt.rfind(text, 0, before)
+        start = prompt.rfind(text, after, before)
         if start >= 0 and start + len(text) <= before and (best is None or len(text) > best[1] - best[0]):
             best = (start, start + len(text))
     if best is None:
@@ -182,12 +272,16 @@ def question_span(prompt: str, doc: Any, before: int, where: str) -> tuple[int, 
     return best
 
 
-def multiple_choice_example(example_id: str, prompt: str, doc: Any, task: Any, where: str) -> Example:
+def multiple_choice_example(
+    example_id: str, prompt: str, doc: Any, task: Any, where: str, own: int = 0
+) -> Example:
+    """The document's example, its layout found from offset ``own`` (its own turn, after any
+    demonstrations)."""
     choices = _choices(task, doc, where)
     answer = _target(task, doc, choices, where)
     label_choices = choices == [LABELS[j] for j in range(len(choices))]
     labels: list[tuple[int, int]] = []
-    listed = labelled_options(prompt, len(choices)) if label_choices else None
+    listed = labelled_options(prompt, len(choices), own) if label_choices else None
     if label_choices and listed is None:
         raise InputError(
             f"{where}: field 'doc_to_choice': the choices are labels {choices}, but the prompt does not "
@@ -196,12 +290,12 @@ def multiple_choice_example(example_id: str, prompt: str, doc: Any, task: Any, w
     if listed is not None:
         labels, spans = listed
     else:
-        spans = shown_options(prompt, choices) or []
+        spans = shown_options(prompt, choices, own) or []
     options = [prompt[s:e] for s, e in spans] if listed is not None else list(choices)
     first = spans[0][0] if spans else len(prompt)
     if labels:
         first = min(first, labels[0][0])
-    question = question_span(prompt, doc, first, where)
+    question = question_span(prompt, doc, first, where, own)
     layout = PromptLayout(prompt, question, tuple(spans), tuple(labels))
     return Example(
         example_id,
@@ -213,13 +307,15 @@ def multiple_choice_example(example_id: str, prompt: str, doc: Any, task: Any, w
     )
 
 
-def generation_example(example_id: str, prompt: str, doc: Any, task: Any, where: str) -> Example:
+def generation_example(
+    example_id: str, prompt: str, doc: Any, task: Any, where: str, own: int = 0
+) -> Example:
     target = task.doc_to_target(doc)
     given = [target] if isinstance(target, str | int) else list(target) if isinstance(target, list) else []
     answers = [str(a) for a in given if str(a).strip()]
     if not answers:
         raise InputError(f"{where}: field 'doc_to_target': no reference answer ({target!r})")
-    question = question_span(prompt, doc, len(prompt), where)
+    question = question_span(prompt, doc, len(prompt), where, own)
     layout = PromptLayout(prompt, question)
     return Example(
         example_id, "generation", prompt[question[0] : question[1]], (), None, tuple(answers), layout=layout

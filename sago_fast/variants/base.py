@@ -32,6 +32,7 @@ class RenderSpec:
     option_order: tuple[int, ...] = ()  # option_order[j] = original index shown at position j
     hint_index: int | None = None  # original option index named by a wrong hint
     shots: tuple[Example, ...] = ()  # demonstrations shown before the question, in this order
+    shot_order: tuple[int, ...] = ()  # a benchmark prompt's own demonstrations (its layout's), reordered
     newline: str = "\n"  # line break of the layout (the whitespace family doubles it)
     shot_answer: str = "label"  # how demonstrations show their answer: "label" ("B") or "text" (the option)
     system_prompt: str | None = None  # system turn under a chat template (the system_prompt family)

@@ -15,6 +15,12 @@ MC = ("multiple_choice",)
 WITH_OPTIONS = ("multiple_choice", "pairwise")
 
 
+def _shows_options(example: Example) -> bool:
+    """Whether the example's prompt lists its options (sago's layout always does; a benchmark's may not:
+    a cloze task's choices only follow the prompt)."""
+    return example.layout is None or bool(example.layout.options)
+
+
 def _choose_other(rng: np.random.Generator, choices: tuple[str, ...], current: str) -> str:
     others = [c for c in choices if c != current]
     return others[int(rng.integers(len(others)))]
@@ -65,6 +71,9 @@ class Enumerator(Perturbation):
     example: ClassVar[str] = "'A. 4\\nB. 5' -> '(a) 4\\n(b) 5'"
     tasks: ClassVar[tuple[str, ...]] = WITH_OPTIONS
 
+    def applies_to(self, example: Example) -> bool:  # a benchmark's prompt: only where it labels options
+        return super().applies_to(example) and (example.layout is None or bool(example.layout.labels))
+
     def perturb(self, spec: RenderSpec, rng: np.random.Generator) -> RenderSpec:
         return replace(
             spec, enumerator=_choose_other(rng, ("upper", "paren", "number", "roman"), spec.enumerator)
@@ -78,6 +87,9 @@ class OptionPermutation(Perturbation):
     description: ClassVar[str] = "shuffles the options so that the gold answer moves (order recorded)"
     example: ClassVar[str] = "'A. 4\\nB. 5\\nC. 6' (gold B) -> 'A. 5\\nB. 6\\nC. 4' (gold A)"
     tasks: ClassVar[tuple[str, ...]] = MC
+
+    def applies_to(self, example: Example) -> bool:  # a benchmark's prompt: only where it shows options
+        return super().applies_to(example) and _shows_options(example)
 
     def perturb(self, spec: RenderSpec, rng: np.random.Generator) -> RenderSpec:
         gold = spec.example.answer_index
@@ -99,6 +111,9 @@ class PairSwap(Perturbation):
     )
     example: ClassVar[str] = "'A. 41\\nB. 14' -> 'A. 14\\nB. 41'"
     tasks: ClassVar[tuple[str, ...]] = ("pairwise",)
+
+    def applies_to(self, example: Example) -> bool:
+        return super().applies_to(example) and _shows_options(example)
 
     def perturb(self, spec: RenderSpec, rng: np.random.Generator) -> RenderSpec:
         return replace(spec, option_order=tuple(reversed(spec.option_order)))
@@ -228,12 +243,21 @@ DEMONSTRATIONS: dict[str, tuple[Example, ...]] = {
 class FewshotOrder(Perturbation):
     name: ClassVar[str] = "fewshot_order"
     description: ClassVar[str] = (
-        "permutes the demonstrations (those of --num-fewshot, else three built-in ones); "
-        "variants differ only in their order"
+        "permutes the demonstrations (those of --num-fewshot or of an lm-eval task's prompt, else three "
+        "built-in ones); variants differ only in their order"
     )
     example: ClassVar[str] = "'Question: ...' -> 'Question: What is 1 + 1? ... Answer: B\\n\\nQuestion: ...'"
 
+    def applies_to(self, example: Example) -> bool:  # a benchmark's prompt: its own demonstrations
+        return super().applies_to(example) and (example.layout is None or len(example.layout.shots) > 1)
+
     def perturb(self, spec: RenderSpec, rng: np.random.Generator) -> RenderSpec:
+        layout = spec.example.layout
+        if layout is not None and not spec.shots:
+            order = rng.permutation(len(layout.shots))
+            if (order == np.arange(len(order))).all():
+                order = np.roll(order, 1)
+            return replace(spec, shot_order=tuple(int(i) for i in order))
         demos = spec.shots or DEMONSTRATIONS[spec.example.task_type]
         order = rng.permutation(len(demos))
         if spec.shots and len(demos) > 1 and (order == np.arange(len(demos))).all():

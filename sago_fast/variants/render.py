@@ -8,15 +8,16 @@ B. 5
 Answer:
 
 An example with a :class:`~sago_fast.types.PromptLayout` (an ``lmeval:`` task) is rendered in its
-benchmark's own prompt wherever the spec asks only for what that prompt can show
-(:func:`render_layout`): another question text, the options in another order or with other labels, other
-line breaks. The canonical spec gives the benchmark's prompt byte for byte. Other families (instruction
-template, field names, demonstrations, hints) render the same question and options in sago's layout.
+benchmark's own prompt (:func:`render_layout`): each family changes its part of that prompt (the question
+text, the options' order and labels, field names and separators, the instruction, a hint before the answer
+cue, the demonstrations' order, line breaks) and leaves the rest as the benchmark wrote it. The canonical
+spec gives the benchmark's prompt byte for byte. Only sago's own demonstrations (``--num-fewshot`` on such
+a task) render the question and options in sago's layout.
 """
 
 from __future__ import annotations
 
-from sago_fast.types import Example
+from sago_fast.types import Example, PromptLayout
 from sago_fast.variants.base import RenderSpec
 from sago_fast.variants.labels import answer_label, option_label
 
@@ -66,31 +67,85 @@ def _block(
 
 
 def render_layout(spec: RenderSpec) -> str | None:
-    """``spec`` in its example's own prompt layout, or None when it has none or cannot show what
-    ``spec`` asks for."""
+    """``spec`` in its example's own prompt layout (:class:`~sago_fast.types.PromptLayout`), or None when
+    it has none or cannot show what ``spec`` asks for (sago's own demonstrations; option labels or another
+    option order in a prompt that shows none).
+
+    Each family changes its part of the benchmark's prompt and nothing else: the question's text, the
+    options' order and labels, the field names' case and separator (``Question:``, ``Answer:``, the
+    demonstrations' too), the instruction (the task's description, or one put first where it has none),
+    a wrong hint on its own line before the answer cue, the demonstrations' order, the line breaks."""
     layout = spec.example.layout
-    if layout is None:
+    if layout is None or spec.shots:
         return None
     identity = spec.option_order == tuple(range(len(spec.option_order)))
-    if (
-        spec.template != 0
-        or spec.separator != ": "
-        or spec.field_case != "title"
-        or spec.hint_index is not None
-        or spec.shots
-        or (not identity and not layout.options)
-        or (spec.enumerator != "upper" and not layout.labels)
-    ):
+    if (not identity and not layout.options) or (spec.enumerator != "upper" and not layout.labels):
         return None
-    example = spec.example
+    text = layout.text
+    swaps = _layout_swaps(spec, layout)
+    if not spec.shot_order:
+        return _swapped(text, (0, len(text)), swaps, spec.newline)
+    lo, hi = layout.shots[0][0], layout.shots[-1][1]
+    regions = [(0, lo), *layout.shots, (hi, len(text))]  # in the text's order
+    placed: dict[tuple[int, int], list[Swap]] = {r: [] for r in regions}
+    for swap in swaps:  # each in the first region that holds it (a point between two: the first's end)
+        (start, end), _ = swap
+        placed[next(r for r in regions if r[0] <= start and end <= r[1])].append(swap)
+    shown = [regions[0], *(layout.shots[i] for i in spec.shot_order), regions[-1]]
+    return "".join(_swapped(text, r, placed[r], spec.newline) for r in shown)
+
+
+Swap = tuple[tuple[int, int], str]  # (span of the layout's text, what stands there instead)
+
+
+def _layout_swaps(spec: RenderSpec, layout: PromptLayout) -> list[Swap]:
+    example, text = spec.example, layout.text
     swaps = [(layout.question, spec.question)]
     swaps += [(span, example.options[spec.option_order[j]]) for j, span in enumerate(layout.options)]
     swaps += [(span, answer_label(j, spec.enumerator)) for j, span in enumerate(layout.labels)]
-    text, parts, at = layout.text, [], 0
+    letters = [(span, ord(text[span[0]]) - ord("A")) for span in layout.shot_labels]  # "A" -> 0
+    swaps += [(span, answer_label(j, spec.enumerator)) for span, j in letters]
+    for start, end in layout.fields:
+        name = text[start:end]
+        swaps.append(
+            ((start, end), name if spec.field_case == "title" else field_name(name, spec.field_case))
+        )
+        spaced = text[end + 1 : end + 2] == " "  # "Question: text" (the separator) or "Answer:" (the cue)
+        swaps.append(((end, end + 1 + spaced), spec.separator if spaced else spec.separator.rstrip()))
+    if spec.template != 0:  # a cloze prompt (no options shown) is worded as a question to answer
+        templates = TEMPLATES[example.task_type if layout.options else "generation"]
+        instruction = templates[spec.template % len(templates)]
+        swaps.append((layout.instruction, instruction + ("" if layout.instruction[1] else "\n\n")))
+    if spec.hint_index is not None:
+        shown = spec.option_order.index(spec.hint_index)
+        named = answer_label(shown, spec.enumerator) if layout.labels else example.options[spec.hint_index]
+        hint = f"I think the answer is {named}, but I'm not sure."
+        at, before_cue = _hint_point(layout)
+        swaps.append(((at, at), f"\n{hint}\n" if before_cue else f"\n\n{hint}"))
+    return swaps
+
+
+def _hint_point(layout: PromptLayout) -> tuple[int, bool]:
+    """Where a wrong hint goes: (offset, True) at the start of the answer cue's line (the last field name,
+    nothing but spaces after its ``:``), else (offset, False) at the end of the last option's line (the
+    question's, when no option is shown)."""
+    text = layout.text
+    if layout.fields:
+        start, end = layout.fields[-1]
+        if not text[end + 1 :].strip() and start >= layout.question[1]:
+            return text.rfind("\n", 0, start) + 1, True
+    last = layout.options[-1][1] if layout.options else layout.question[1]
+    line_end = text.find("\n", last)
+    return (len(text) if line_end < 0 else line_end), False
+
+
+def _swapped(text: str, region: tuple[int, int], swaps: list[Swap], newline: str) -> str:
+    """``text`` over ``region`` with ``swaps`` (all within it) made, its own line breaks as ``newline``."""
+    parts, at = [], region[0]
     for (start, end), new in sorted(swaps, key=lambda swap: swap[0]):
-        parts += [text[at:start].replace("\n", spec.newline), new]
+        parts += [text[at:start].replace("\n", newline), new]
         at = end
-    parts.append(text[at:].replace("\n", spec.newline))
+    parts.append(text[at : region[1]].replace("\n", newline))
     return "".join(parts)
 
 

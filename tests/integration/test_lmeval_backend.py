@@ -281,6 +281,114 @@ def test_a_task_that_cannot_be_taken_apart_says_so_naming_the_field(tasks, tmp_p
         load_dataset(f"lmeval:{tmp_path / 'missing.yaml'}")
 
 
+def _task_variants(tasks, tmp_path, config: dict) -> dict[str, list]:
+    """Every family's variant of each document of ``config`` (k = 1), by family, in document order."""
+    import yaml
+
+    from sago_fast.datasets.resolve import load_dataset
+    from sago_fast.variants import VariantConfig, generate_variants
+
+    path = tmp_path / f"{config['task']}.yaml"
+    path.write_text(yaml.safe_dump(config), encoding="utf-8")
+    data = load_dataset(f"lmeval:{path}")
+    by_family: dict[str, list] = {}
+    for variant in generate_variants(data.examples, VariantConfig(k=1)):
+        by_family.setdefault(variant.family, []).append(variant)
+    return by_family
+
+
+def test_every_family_varies_the_tasks_own_prompt_few_shot_included(tasks, tmp_path):
+    """On lm-eval's MMLU prompt with a description and three demonstrations, each family changes its
+    part of lm-eval's prompt and nothing else (expected texts built here with plain string edits of the
+    canonical prompt); the document's options and question are found after the demonstrations."""
+    import json
+    import re
+
+    from sago_fast.variants.labels import answer_label
+    from sago_fast.variants.render import TEMPLATES
+
+    description = "The following are multiple choice questions (with answers).\n\n"
+    config = {**tasks["letter"], "task": "sago_mmlu_letter_3shot", "num_fewshot": 3}
+    config |= {"fewshot_split": "test", "fewshot_config": {"sampler": "first_n"}}
+    by_family = _task_variants(tasks, tmp_path, config)
+    assert "system_prompt" not in by_family  # chat templates only
+    for i, canonical in enumerate(by_family["canonical"]):
+        text = canonical.prompt
+        assert text.startswith(description) and text.endswith("\nAnswer:") and text.count("\nAnswer: ") == 3
+        blocks = text[len(description) :].split("\n\n")  # three demonstrations, then the document
+        assert len(blocks) == 4
+        own = blocks[-1]
+
+        def variant(family: str, i: int = i):
+            found = by_family[family][i]
+            return found, json.loads(found.params)
+
+        moved, params = variant("option_permutation")
+        options = [line[3:] for line in own.splitlines()[1:5]]  # "A. text"
+        shown = [options[j] for j in params["option_order"]]
+        expected_own = "\n".join(
+            [own.splitlines()[0], *(f"{'ABCD'[j]}. {o}" for j, o in enumerate(shown)), "Answer:"]
+        )
+        assert moved.prompt == text[: -len(own)] + expected_own
+
+        found, params = variant("separator")
+        sep = params["separator"]
+        assert found.prompt == text.replace("\nAnswer: ", f"\nAnswer{sep}")[: -len(":")] + sep.rstrip()
+        found, params = variant("field_case")
+        case = str.upper if params["field_case"] == "upper" else str.lower
+        assert found.prompt == text.replace("\nAnswer:", "\n" + case("Answer") + ":")
+        found, params = variant("template")
+        wording = TEMPLATES["multiple_choice"][params["template"]]
+        assert found.prompt == wording + text[len(description.rstrip()) :]
+        found, params = variant("wrong_hint")
+        hint = f"I think the answer is {'ABCD'[params['hint_index']]}, but I'm not sure."
+        assert found.prompt == text[: -len("Answer:")] + f"\n{hint}\nAnswer:"
+        found, params = variant("enumerator")  # the demonstrations' labels and answers too
+        label = {c: answer_label("ABCD".index(c), params["enumerator"]) for c in "ABCD"}
+        relabelled = re.sub(r"(?m)^([ABCD])\. ", lambda m, label=label: label[m.group(1)] + ". ", text)
+        relabelled = re.sub(
+            r"(?m)^Answer: ([ABCD])$", lambda m, label=label: "Answer: " + label[m.group(1)], relabelled
+        )
+        assert found.prompt == relabelled != text
+        found, params = variant("fewshot_order")
+        order = params["shot_order"]
+        assert sorted(order) == [0, 1, 2] and order != [0, 1, 2]
+        shots = [blocks[j] + "\n\n" for j in order]
+        assert found.prompt == description + "".join(shots) + own
+        for family in ("typo", "casing", "punctuation"):
+            found, params = variant(family)
+            assert found.prompt == text[: -len(own)] + own.replace(
+                canonical.prompt[-len(own) :].splitlines()[0], params["question"], 1
+            )
+
+
+def test_a_cloze_tasks_prompt_keeps_its_shape(tasks, tmp_path):
+    """A cloze task (the choices follow the prompt, none shown): the families that need shown options or
+    demonstrations do not apply, a wrong hint names an option's text, a new instruction is put first."""
+    import json
+
+    by_family = _task_variants(tasks, tmp_path, tasks["cloze"])
+    assert not {"option_permutation", "enumerator", "fewshot_order"} & set(by_family)
+    docs = [json.loads(line) for line in (tasks["folder"] / "docs.jsonl").read_text().splitlines()]
+    for i, canonical in enumerate(by_family["canonical"]):
+        question = docs[i]["question"].strip()
+        assert canonical.prompt == f"Question: {question}\nAnswer:"
+        found = by_family["wrong_hint"][i]
+        named = docs[i]["choices"][json.loads(found.params)["hint_index"]]
+        assert (
+            found.prompt
+            == f"Question: {question}\n\nI think the answer is {named}, but I'm not sure.\nAnswer:"
+        )
+        found = by_family["separator"][i]
+        sep = json.loads(found.params)["separator"]
+        assert found.prompt == f"Question{sep}{question}\nAnswer{sep.rstrip()}"
+        found = by_family["template"][i]
+        assert (
+            found.prompt.endswith("\n\n" + canonical.prompt)
+            and "\n" not in found.prompt[: -len(canonical.prompt) - 2]
+        )
+
+
 def test_sago_lm_eval_takes_a_training_run_one_checkpoint_after_the_other(
     tasks, checkpoints, cache_dir, tmp_path
 ):
