@@ -170,6 +170,12 @@ def plan_run(config: RunConfig) -> Plan:
     datasets = [
         load_dataset(name, fields=fields, limit=config.limit, seed=config.seed) for name in config.datasets
     ]
+    for dataset in datasets:
+        if config.num_fewshot and dataset.reader == "lmeval":
+            raise InputError(
+                f"--num-fewshot {config.num_fewshot}: {dataset.source}: an lm-eval task's demonstrations are "
+                "its own (num_fewshot in the YAML), rendered and varied in its prompt"
+            )
     pool = load_dataset(config.fewshot_from, fields=fields).examples if config.fewshot_from else ()
     variant_config = VariantConfig(
         families=config.families,

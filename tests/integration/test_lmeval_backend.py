@@ -389,6 +389,26 @@ def test_a_cloze_tasks_prompt_keeps_its_shape(tasks, tmp_path):
         )
 
 
+def test_sagos_own_demonstrations_are_refused_on_an_lm_eval_task(tasks, tmp_path):
+    """``--num-fewshot`` would replace lm-eval's prompt with sago's layout: one line, before any model."""
+    import yaml
+
+    from sago_fast.errors import InputError
+    from sago_fast.run import RunConfig
+    from sago_fast.run.plan import plan_run
+
+    path = tmp_path / "letter.yaml"
+    path.write_text(yaml.safe_dump(tasks["letter"]), encoding="utf-8")
+    config = RunConfig(
+        models=(str(tmp_path / "no-model"),),
+        datasets=(f"lmeval:{path}",),
+        db=tmp_path / "r.duckdb",
+        num_fewshot=2,
+    )
+    with pytest.raises(InputError, match=r"--num-fewshot 2: .*letter.yaml: an lm-eval task's demonstrations"):
+        plan_run(config)
+
+
 def test_sago_lm_eval_takes_a_training_run_one_checkpoint_after_the_other(
     tasks, checkpoints, cache_dir, tmp_path
 ):
