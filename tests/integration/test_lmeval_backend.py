@@ -297,6 +297,23 @@ def _task_variants(tasks, tmp_path, config: dict) -> dict[str, list]:
     return by_family
 
 
+def test_few_shot_canonical_prompts_are_lm_evals_byte_for_byte(tasks, tmp_path):
+    """With demonstrations drawn by lm-eval's seeded random sampler, every canonical rendering is the
+    context lm-eval's own request building gives the document (its default seed, documents in order)."""
+    from lm_eval.api.task import ConfigurableTask
+
+    config = {**tasks["letter"], "task": "sago_mmlu_letter_2shot", "num_fewshot": 2, "fewshot_split": "test"}
+    reference = ConfigurableTask(config=dict(config))
+    reference.set_fewshot_seed(seed=1234)
+    reference.build_all_requests(rank=0, world_size=1)
+    contexts: dict[int, str] = {}
+    for instance in reference.instances:
+        contexts.setdefault(instance.doc_id, instance.args[0])
+    canonical = _task_variants(tasks, tmp_path, config)["canonical"]
+    assert [v.prompt for v in canonical] == [contexts[i] for i in range(len(contexts))]
+    assert len({v.prompt.split("\n\n")[1] for v in canonical}) > 1  # the demonstrations differ by document
+
+
 def test_every_family_varies_the_tasks_own_prompt_few_shot_included(tasks, tmp_path):
     """On lm-eval's MMLU prompt with a description and three demonstrations, each family changes its
     part of lm-eval's prompt and nothing else (expected texts built here with plain string edits of the
