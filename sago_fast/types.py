@@ -93,9 +93,10 @@ class PromptLayout:
     option's label ("A") stands (empty when unlabelled); ``fields`` where each field name stands, each
     followed by ``:`` ("Question", "Answer", the demonstrations' too); ``instruction`` the task's
     description before everything else ((0, 0): none); ``shots`` each demonstration block, its trailing
-    delimiter included (empty in a 0-shot prompt); ``shot_labels`` the demonstrations' letters ("A" of their
-    option lines and of their answers), where ``labels`` are letters. Spans are (start, end) character offsets, in order;
-    those of one kind are disjoint, and every span but ``shots`` lies outside the others. See
+    delimiter included (empty in a 0-shot prompt); ``shot_labels`` the demonstrations' letters ("A" of
+    their option lines and of their answers), where ``labels`` are letters. Spans are (start, end)
+    character offsets, in order; those of one kind are disjoint, and every span but ``shots`` lies outside
+    the others. See :mod:`sago_fast.lmeval.prompt_parts` and
     :func:`sago_fast.variants.render.render_layout`."""
 
     text: str
