@@ -167,3 +167,4 @@ class Variant:
     hint_index: int | None = None  # original option index named by an injected hint
     option_labels: tuple[str, ...] = ()  # answer label of each displayed position ("A", "B", ...)
     system_prompt: str | None = None  # system turn used under a chat template (system_prompt family)
+    head_chars: int = 0  # the prompt's first characters that other examples' renderings may share by design

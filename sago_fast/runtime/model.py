@@ -34,8 +34,8 @@ from sago_fast.runtime.prefilled_generation import generate_from_prefill
 from sago_fast.runtime.prefix import first_tokens, score_in_blocks, score_on_prefix
 from sago_fast.runtime.progress import NoProgress, PassProgress
 from sago_fast.runtime.session import SessionOptions, open_session, resolve_device
-from sago_fast.runtime.shared_prefix import MIN_SHARED_TOKENS, PrefixTree, prefix_trees
-from sago_fast.runtime.tree_prefill import prefill_trees
+from sago_fast.runtime.shared_prefix import MIN_SHARED_TOKENS, PrefixTree, head_groups, prefix_trees
+from sago_fast.runtime.tree_prefill import prefill_on_head, prefill_trees
 from sago_fast.types import ExportSettings, ProbeResult
 
 log = logging.getLogger(__name__)
@@ -148,13 +148,16 @@ class SagoModel:
         continuations: Sequence[Sequence[Sequence[int]]] | None = None,
         generation: GenerationSettings | None = None,
         share_keys: Sequence[str] | None = None,
+        heads: Sequence[int] | None = None,
     ) -> Prefill:
         """One pass over each prompt, and what is built on its KV cache.
 
         continuations[i]: token lists that continue prompt i exactly (scored on the prompt's cache, see
         :mod:`sago_fast.runtime.prefix`); generation: also decode greedily from the same cache.
         share_keys[i]: prompts share a prefilled prefix only with prompts of the same key (default: any);
-        see :mod:`sago_fast.runtime.shared_prefix`.
+        see :mod:`sago_fast.runtime.shared_prefix`. heads[i]: how many of prompt i's first tokens it may
+        share with prompts of any key (a benchmark's instruction and demonstrations; 0: none; not with
+        ``generation``).
         """
         n = len(token_ids)
         layers, d_model = self.n_layers + 1, self.d_model
@@ -211,7 +214,9 @@ class SagoModel:
 
         generations = None
         if generation is None:
-            self._prefill_prompts(token_ids, lengths, share_keys, on_prefill, tokens, needs_cache)
+            self._prefill_prompts(
+                token_ids, lengths, share_keys, on_prefill, tokens, needs_cache, heads=heads
+            )
         else:
             generations = self._generate(token_ids, generation, on_prefill, share_keys, tokens)
         processed = tokens["prefill"] + tokens["blocks"]
@@ -249,10 +254,13 @@ class SagoModel:
         tokens: dict[str, int],
         cache: bool,
         trees: Sequence[PrefixTree] | None = None,
+        heads: Sequence[int] | None = None,
     ) -> None:
         """Prefill every prompt: those sharing a prefix along their example's prefix tree
         (:mod:`sago_fast.runtime.tree_prefill`; ``trees``: already planned), the others in planned
-        batches."""
+        batches. heads[i]: prompt i's first tokens that prompts of other keys may share (see
+        :func:`~sago_fast.runtime.shared_prefix.head_groups`): each such head is prefilled once and its
+        prompts go on from its cache."""
         n = len(token_ids)
         self.progress.start("prefill", n, "prompt")
 
@@ -261,15 +269,25 @@ class SagoModel:
             out = run_chunked(self, ids, mask, None, cache=cache, chunk=self.prefill_chunk)
             on_prefill(batch, ids, mask, out)
 
-        if trees is None:
-            trees = prefix_trees(token_ids, self.prefix_sharing, share_keys) if self.has_kv_cache else []
+        keys = list(share_keys) if share_keys is not None else [""] * n
+        groups = head_groups(token_ids, heads) if heads is not None and self.has_kv_cache else {}
+        on_heads = {i for members in groups.values() for i in members}
+        others = [i for i in range(n) if i not in on_heads]
+        if trees is None and self.has_kv_cache:
+            found = prefix_trees(
+                [token_ids[i] for i in others], self.prefix_sharing, [keys[i] for i in others]
+            )
+            trees = [t.renumbered(others) for t in found]
+        trees = trees or []
         in_trees = {i for tree in trees for i in (tree.anchor, *(m for m, _ in tree.members))}
-        alone = np.array([i for i in range(n) if i not in in_trees], dtype=np.int64)
+        alone = np.array([i for i in others if i not in in_trees], dtype=np.int64)
         if len(alone):
             batches = [alone[part] for part in plan_batches(lengths[alone], self.batch_policy)]
             self._run_batches(batches, run_batch, tokens)
         if trees:
             prefill_trees(self, token_ids, trees, on_prefill, tokens, cache)
+        for head, members in groups.items():
+            prefill_on_head(self, token_ids, members, len(head), keys, on_prefill, tokens, cache)
 
     def _run_batches(
         self, batches: Sequence[np.ndarray], run_batch: Callable[[np.ndarray], None], tokens: dict[str, int]

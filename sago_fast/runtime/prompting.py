@@ -20,6 +20,7 @@ from typing import Any
 
 from sago_fast import defaults
 from sago_fast.errors import InputError
+from sago_fast.runtime.shared_prefix import common_prefix
 from sago_fast.types import Dataset, Variant
 
 CHAT_TEMPLATE_CHOICES = ("auto", "none")
@@ -67,6 +68,24 @@ class ModelPrompts:
         """The prompts' token ids, as the model reads them."""
         encoded = tokenizer(list(self.texts), add_special_tokens=self.add_special_tokens)["input_ids"]
         return [list(ids) for ids in encoded]
+
+    def head_tokens(
+        self, tokenizer: Any, head_chars: Sequence[int], token_ids: Sequence[Sequence[int]], least: int
+    ) -> list[int]:
+        """How many of each prompt's first tokens are its head (:attr:`Variant.head_chars`, the part that
+        renderings of other examples may share): the tokens the prompt has in common with its head text
+        alone, when at least ``least`` and not the whole prompt; 0 otherwise, and always in a chat template
+        (its text is not the variant's prompt)."""
+        if self.chat or not any(head_chars):
+            return [0] * len(token_ids)
+        wanted = sorted({self.texts[i][:h] for i, h in enumerate(head_chars) if h})
+        encoded = tokenizer(wanted, add_special_tokens=self.add_special_tokens)["input_ids"]
+        heads = dict(zip(wanted, encoded, strict=True))
+        out = []
+        for i, h in enumerate(head_chars):
+            n = common_prefix(token_ids[i], heads[self.texts[i][:h]]) if h else 0
+            out.append(n if least <= n < len(token_ids[i]) else 0)
+        return out
 
     @property
     def move_whitespace(self) -> bool:

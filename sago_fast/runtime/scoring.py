@@ -127,6 +127,7 @@ def score_pairs(
     continuations: Sequence[str],
     generation: Any = None,
     share_keys: Sequence[str] | None = None,
+    heads: Sequence[int] | None = None,
 ) -> tuple[np.ndarray, Any]:
     """Summed log-probs of each (prompts.texts[rows[p]], continuations[p]) pair, in one prefill per prompt.
 
@@ -135,6 +136,7 @@ def score_pairs(
     carries the probe and, with ``generation``, the greedy generations from the same cache).
     share_keys: per prompt, which prompts it may share a prefilled prefix with (the same key; e.g. its
     example, so that results do not depend on which other examples are prefilled in the same call).
+    heads: per prompt, its first tokens that prompts of any key may share (see ``SagoModel.prefill``).
     """
     on_cache: list[list[list[int]]] = [[] for _ in prompt_ids]
     slot: list[tuple[int, int]] = []  # pair -> (prompt row, index in on_cache[row]); (-1, k): fallback k
@@ -170,7 +172,9 @@ def score_pairs(
         if any(t >= limit for t in [*room, *fallback_targets]):
             raise InputError(f"an answer or continuation is as long as the model's {limit} positions")
         fallback = [sequence[-limit:] for sequence in fallback]  # lm-eval: the context's left goes
-    result = model.prefill(kept, on_cache, generation, share_keys=share_keys)
+    shared = [0 if c else h for h, c in zip(heads, cut, strict=True)] if heads is not None else []
+    named = {"heads": shared} if any(shared) and generation is None else {}  # a cut prompt lost its head
+    result = model.prefill(kept, on_cache, generation, share_keys=share_keys, **named)
     if any(cut):
         result = replace(result, probe=replace(result.probe, n_cut=np.array(cut, dtype=np.int64)))
     whole = model.target_logprobs(fallback, fallback_targets) if fallback else []

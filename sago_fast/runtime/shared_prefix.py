@@ -38,6 +38,10 @@ class PrefixTree:
     ends: tuple[int, ...]
     members: tuple[tuple[int, int], ...]
 
+    def renumbered(self, index: Sequence[int]) -> PrefixTree:
+        """The tree with each prompt ``i`` named ``index[i]`` (planned on a subset of a call's prompts)."""
+        return PrefixTree(index[self.anchor], self.ends, tuple((index[m], p) for m, p in self.members))
+
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     n = min(len(a), len(b))
@@ -96,6 +100,19 @@ def prefix_trees(
         by_key[(keys[i] if keys is not None else "", tuple(token_ids[i][:min_shared]))].append(i)
     trees = [_tree(token_ids, rows, min_shared) for rows in by_key.values() if len(rows) > 1]
     return [t for t in trees if t is not None]
+
+
+def head_groups(token_ids: Sequence[Sequence[int]], heads: Sequence[int]) -> dict[tuple[int, ...], list[int]]:
+    """The prompts of each head: head tokens -> the prompts that start with them (``heads[i]`` > 0 tokens
+    of prompt i, at least one token of its own left). A head is the part of a prompt that renderings of
+    other examples share by design (a benchmark's instruction and demonstrations): it is fixed by the
+    prompt alone, and every prompt with one goes on from it whatever else is in the call, so how a prompt
+    is computed does not depend on the other examples prefilled with it (as with ``share_keys``)."""
+    found: dict[tuple[int, ...], list[int]] = defaultdict(list)
+    for i, head in enumerate(heads):
+        if 0 < head < len(token_ids[i]):
+            found[tuple(token_ids[i][:head])].append(i)
+    return dict(found)
 
 
 def combined_mean(

@@ -21,7 +21,7 @@ import numpy as np
 from sago_fast.runtime.batching import left_pad, plan_batches, run_with_backoff
 from sago_fast.runtime.chunked import run_chunked
 from sago_fast.runtime.kv_cache import KVCache
-from sago_fast.runtime.shared_prefix import PrefixTree, combined_mean
+from sago_fast.runtime.shared_prefix import PrefixTree, combined_mean, prefix_trees
 
 OnPrefill = Callable[..., None]  # (prompt indices, ids, mask, outputs, new tokens) -> None
 
@@ -42,9 +42,11 @@ class _Prefix:
 
     def keep(self, rows: list[int], model: Any) -> _Prefix:
         """Only ``rows`` (positions), their cache rows gathered."""
-        picked = np.asarray(rows)
+        return self._gathered(np.asarray(rows, dtype=np.int64), [self.trees[r] for r in rows], model)
+
+    def _gathered(self, picked: np.ndarray, trees: list[PrefixTree], model: Any) -> _Prefix:
         return _Prefix(
-            [self.trees[r] for r in rows],
+            trees,
             self.ids[picked],
             self.mask[picked],
             model._kv_cache(_as_presents(self.cache.rows(picked))),
@@ -59,6 +61,10 @@ class _Prefix:
     def mean(self) -> np.ndarray:
         return (self.sums / self.counts[None, :, None]).astype(np.float32)
 
+    def repeated(self, trees: list[PrefixTree], model: Any) -> _Prefix:
+        """This one-row prefix (a shared head) as the start of every anchor of ``trees``."""
+        return self._gathered(np.zeros(len(trees), dtype=np.int64), list(trees), model)
+
 
 def _as_presents(past: dict[str, Any]) -> dict[str, Any]:
     """Past inputs named back as the ``present.*`` outputs they came from."""
@@ -68,13 +74,16 @@ def _as_presents(past: dict[str, Any]) -> dict[str, Any]:
 @dataclass(frozen=True)
 class _Call:
     """What every pass of one prefill shares: the model, the prompts' token ids, where outputs go
-    (``on_prefill``), the token counters, and whether the prompts' own caches are wanted afterwards."""
+    (``on_prefill``), the token counters, whether the prompts' own caches are wanted afterwards, and the
+    head every prompt continues (``start``, its ``base`` tokens; None: the prompts start from nothing)."""
 
     model: Any
     token_ids: Sequence[Sequence[int]]
     on_prefill: OnPrefill
     tokens: dict[str, int]
     keep_cache: bool
+    base: int = 0
+    start: _Prefix | None = None
 
 
 def prefill_trees(
@@ -95,8 +104,8 @@ def prefill_trees(
 
 def _anchor_batch(call: _Call, trees: Sequence[PrefixTree], batch: np.ndarray) -> None:
     model = call.model
-    prefix: _Prefix | None = None
     chosen = [trees[i] for i in batch]
+    prefix = None if call.start is None else call.start.repeated(chosen, model)
     for piece in range(max(len(t.ends) for t in chosen)):
         active = [t for t in chosen if piece < len(t.ends)]
         if prefix is not None and len(active) < len(prefix.trees):
@@ -113,7 +122,7 @@ def _anchor_batch(call: _Call, trees: Sequence[PrefixTree], batch: np.ndarray) -
 def _next_piece(call: _Call, trees: list[PrefixTree], piece: int, prefix: _Prefix | None) -> _Prefix:
     """One pass over the anchors' ``piece``-th pieces on the cache so far."""
     model, token_ids = call.model, call.token_ids
-    parts = [token_ids[t.anchor][(t.ends[piece - 1] if piece else 0) : t.ends[piece]] for t in trees]
+    parts = [token_ids[t.anchor][(t.ends[piece - 1] if piece else call.base) : t.ends[piece]] for t in trees]
     ids, new_mask = left_pad(parts, model.pad_id)  # (rows, w) each
     if prefix is None:
         mask, past = new_mask, None
@@ -178,3 +187,43 @@ def _continue(call: _Call, prefix: _Prefix, continuing: list[tuple[int, int]], b
     )
     ids = np.concatenate([prefix.ids[owners], own_ids], axis=1)
     call.on_prefill(prompts, ids, mask, result, int(own_mask.sum()))
+
+
+def prefill_on_head(
+    model: Any,
+    token_ids: Sequence[Sequence[int]],
+    members: Sequence[int],
+    head: int,
+    keys: Sequence[str],
+    on_prefill: OnPrefill,
+    tokens: dict[str, int],
+    keep_cache: bool,
+) -> None:
+    """The prompts ``members`` (indices into ``token_ids``), which all start with the same ``head`` tokens:
+    the head prefilled once, then each key's prompts along their prefix tree on its cache (cuts after the
+    head), the others continuing the head's cache alone."""
+    ids = np.asarray([token_ids[members[0]][:head]], dtype=np.int64)  # (1, head)
+    mask = np.ones_like(ids)
+    out = run_chunked(model, ids, mask, None, cache=True, chunk=model.prefill_chunk)
+    tokens["prefill"] += head
+    last = {"hidden_last": out["hidden_last"], "next_logprobs": out["next_logprobs"]}
+    sums = out["hidden_mean"].astype(np.float64) * head
+    start = _Prefix([], ids, mask, model._kv_cache(out), last, sums, np.array([head], dtype=np.int64))
+    index = np.asarray(members)
+    own = [token_ids[i] for i in members]
+
+    def on_member(batch: np.ndarray, *rest: Any) -> None:
+        on_prefill(index[np.asarray(batch)], *rest)
+
+    call = _Call(model, own, on_member, tokens, keep_cache, base=head, start=start)
+    trees, alone = [], set(range(len(own)))
+    for tree in prefix_trees(own, model.prefix_sharing, [keys[i] for i in members]):
+        after = sum(1 for end in tree.ends if end <= head)  # cuts within the head are the head's
+        kept = tuple((m, piece - after) for m, piece in tree.members if piece >= after)
+        trees.append(PrefixTree(tree.anchor, tree.ends[after:], kept))
+        alone -= {tree.anchor, *(m for m, _ in kept)}
+    if alone:
+        _continue_all(call, start, [(0, i) for i in sorted(alone)])
+    lengths = np.array([len(own[t.anchor]) for t in trees], dtype=np.int64)
+    for batch in plan_batches(lengths, model.batch_policy):
+        run_with_backoff(functools.partial(_anchor_batch, call, trees), batch, model._shrink_batches)

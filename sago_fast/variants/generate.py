@@ -10,7 +10,7 @@ import sago_fast.variants.families  # noqa: F401  (registers the families)
 from sago_fast.errors import InputError
 from sago_fast.types import Example, Variant
 from sago_fast.variants.base import FAMILIES, RenderSpec, derive_rng, spec_params
-from sago_fast.variants.render import render
+from sago_fast.variants.render import render_with_head
 
 CANONICAL = "canonical"
 
@@ -74,6 +74,7 @@ def draw_shots(
 def make_variant(
     example: Example, family: str, k: int, spec: RenderSpec, base: RenderSpec, preserving: bool
 ) -> Variant:
+    prompt, head = render_with_head(spec)
     return Variant(
         example_id=example.example_id,
         variant_id=f"{example.example_id}/{family}/{k}",
@@ -82,11 +83,12 @@ def make_variant(
         params=json.dumps(spec_params(spec, base), sort_keys=True),
         is_canonical=family == CANONICAL,
         meaning_preserving=preserving,
-        prompt=render(spec),
+        prompt=prompt,
         option_order=spec.option_order,
         hint_index=spec.hint_index,
         option_labels=spec.option_labels,
         system_prompt=spec.system_prompt,
+        head_chars=head,
     )
 
 

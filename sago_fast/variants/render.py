@@ -66,10 +66,11 @@ def _block(
     return [nl.join(lines)]
 
 
-def render_layout(spec: RenderSpec) -> str | None:
-    """``spec`` in its example's own prompt layout (:class:`~sago_fast.types.PromptLayout`), or None when
-    it has none or cannot show what ``spec`` asks for (sago's own demonstrations; option labels or another
-    option order in a prompt that shows none).
+def render_layout(spec: RenderSpec) -> tuple[str, int] | None:
+    """``spec`` in its example's own prompt layout (:class:`~sago_fast.types.PromptLayout`) and the length
+    of its *head* (the instruction and demonstrations before the document's own turn, as rendered; 0 in a
+    0-shot prompt), or None when it has no layout or cannot show what ``spec`` asks for (sago's own
+    demonstrations; option labels or another option order in a prompt that shows none).
 
     Each family changes its part of the benchmark's prompt and nothing else: the question's text, the
     options' order and labels, the field names' case and separator (``Question:``, ``Answer:``, the
@@ -83,16 +84,18 @@ def render_layout(spec: RenderSpec) -> str | None:
         return None
     text = layout.text
     swaps = _layout_swaps(spec, layout)
-    if not spec.shot_order:
-        return _swapped(text, (0, len(text)), swaps, spec.newline)
+    if not layout.shots:
+        return _swapped(text, (0, len(text)), swaps, spec.newline), 0
     lo, hi = layout.shots[0][0], layout.shots[-1][1]
     regions = [(0, lo), *layout.shots, (hi, len(text))]  # in the text's order
     placed: dict[tuple[int, int], list[Swap]] = {r: [] for r in regions}
     for swap in swaps:  # each in the first region that holds it (a point between two: the first's end)
         (start, end), _ = swap
         placed[next(r for r in regions if r[0] <= start and end <= r[1])].append(swap)
-    shown = [regions[0], *(layout.shots[i] for i in spec.shot_order), regions[-1]]
-    return "".join(_swapped(text, r, placed[r], spec.newline) for r in shown)
+    order = spec.shot_order or tuple(range(len(layout.shots)))
+    shown = [regions[0], *(layout.shots[i] for i in order), regions[-1]]
+    parts = [_swapped(text, r, placed[r], spec.newline) for r in shown]
+    return "".join(parts), sum(len(part) for part in parts[:-1])
 
 
 Swap = tuple[tuple[int, int], str]  # (span of the layout's text, what stands there instead)
@@ -150,6 +153,13 @@ def _swapped(text: str, region: tuple[int, int], swaps: list[Swap], newline: str
 
 
 def render(spec: RenderSpec) -> str:
+    return render_with_head(spec)[0]
+
+
+def render_with_head(spec: RenderSpec) -> tuple[str, int]:
+    """The prompt, and how many of its first characters are its head: the part that renderings of other
+    examples may share by design (a benchmark's instruction and demonstrations, see :func:`render_layout`;
+    0 in sago's own layout)."""
     own = render_layout(spec)
     if own is not None:
         return own
@@ -165,4 +175,4 @@ def render(spec: RenderSpec) -> str:
     parts += body
     nl = spec.newline
     answer_cue = f"{field_name('answer', spec.field_case)}{spec.separator.rstrip()}"
-    return (nl + nl).join(parts) + nl + answer_cue
+    return (nl + nl).join(parts) + nl + answer_cue, 0

@@ -372,11 +372,56 @@ def test_every_family_varies_the_tasks_own_prompt_few_shot_included(tasks, tmp_p
         assert sorted(order) == [0, 1, 2] and order != [0, 1, 2]
         shots = [blocks[j] + "\n\n" for j in order]
         assert found.prompt == description + "".join(shots) + own
+        # the head other items' renderings may share: the instruction and demonstrations as rendered
+        assert found.prompt[: found.head_chars] == description + "".join(shots)
+        assert canonical.prompt[: canonical.head_chars] == text[: -len(own)]
+        assert variant("field_case")[0].head_chars == len(text) - len(own)
         for family in ("typo", "casing", "punctuation"):
             found, params = variant(family)
             assert found.prompt == text[: -len(own)] + own.replace(
                 canonical.prompt[-len(own) :].splitlines()[0], params["question"], 1
             )
+
+
+def test_renderings_of_a_few_shot_task_share_its_head_across_items(tasks, checkpoints, cache_dir, tmp_path):
+    """Every item's renderings that keep lm-eval's instruction and demonstrations (``first_n``: the same for
+    all items but the first two) go on from one prefill of them: fewer tokens through the model than a
+    prefill per item, every mode's option log-probs as without the shared head."""
+    import json
+    from dataclasses import replace
+
+    import sago_fast
+    from sago_fast.datasets.resolve import load_dataset
+    from sago_fast.runtime.options import ANSWER_MODES, answer_modes_prefilled
+    from sago_fast.runtime.prompting import PromptFormat, model_prompts
+
+    docs = tmp_path / "sums.jsonl"  # short items: every prompt fits the tiny model's positions
+    with docs.open("w", encoding="utf-8") as out:
+        for n in range(8):
+            choices = [str(n + 2 + d) for d in (1, 0, 2, 3)]
+            out.write(json.dumps({"question": f"What is {n} + 2?", "choices": choices, "answer": 1}) + "\n")
+    config = {**tasks["letter"], "task": "sago_sums_heads", "num_fewshot": 2, "fewshot_split": "test"}
+    config |= {
+        "dataset_kwargs": {"data_files": {"test": str(docs)}},
+        "fewshot_config": {"sampler": "first_n"},
+    }
+    variants = [v for vs in _task_variants(tasks, tmp_path, config).values() for v in vs]
+    data = load_dataset(f"lmeval:{tmp_path / 'sago_sums_heads.yaml'}")
+    model = sago_fast.load_model(checkpoints["llama"], cache_dir=cache_dir)
+    prompts = model_prompts(model.tokenizer, variants, PromptFormat())
+    ids = prompts.token_ids(model.tokenizer)
+    assert max(map(len, ids)) < model.max_positions - 8
+    heads = prompts.head_tokens(model.tokenizer, [v.head_chars for v in variants], ids, model.prefix_sharing)
+    with_head = [tuple(i[:h]) for i, h in zip(ids, heads, strict=True) if h]
+    assert len(with_head) > len(data.examples) and len(set(with_head)) < len(with_head) / 2
+    with_heads, on_heads = answer_modes_prefilled(model, data.examples, variants, prompts, ids, ANSWER_MODES)
+    plain = [replace(v, head_chars=0) for v in variants]
+    without, per_item = answer_modes_prefilled(model, data.examples, plain, prompts, ids, ANSWER_MODES)
+    assert on_heads.tokens_processed < per_item.tokens_processed
+    for ours, theirs in zip(with_heads, without, strict=True):
+        for mode in ANSWER_MODES:
+            np.testing.assert_allclose(ours[mode].option_logprobs, theirs[mode].option_logprobs, atol=1e-4)
+    np.testing.assert_allclose(on_heads.probe.hidden_mean, per_item.probe.hidden_mean, atol=1e-4, rtol=0)
 
 
 def test_a_cloze_tasks_prompt_keeps_its_shape(tasks, tmp_path):
@@ -386,6 +431,7 @@ def test_a_cloze_tasks_prompt_keeps_its_shape(tasks, tmp_path):
 
     by_family = _task_variants(tasks, tmp_path, tasks["cloze"])
     assert not {"option_permutation", "enumerator", "fewshot_order"} & set(by_family)
+    assert {v.head_chars for vs in by_family.values() for v in vs} == {0}  # 0-shot: no head to share
     docs = [json.loads(line) for line in (tasks["folder"] / "docs.jsonl").read_text().splitlines()]
     for i, canonical in enumerate(by_family["canonical"]):
         question = docs[i]["question"].strip()

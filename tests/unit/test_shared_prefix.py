@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 import sago_fast
-from sago_fast.runtime.shared_prefix import PrefixTree, combined_mean, prefix_trees
+from sago_fast.runtime.batching import BatchPolicy
+from sago_fast.runtime.shared_prefix import PrefixTree, combined_mean, head_groups, prefix_trees
 
 
 def test_trees_by_hand():
@@ -125,3 +126,53 @@ def test_prefill_along_a_tree_per_start_equals_one_without(checkpoints, cache_di
         model.prefix_sharing = sago_fast.runtime.shared_prefix.MIN_SHARED_TOKENS
     assert_same_prefill(shared, alone)
     assert shared.tokens_processed < alone.tokens_processed
+
+
+def test_head_groups_by_hand():
+    h = list(range(40))
+    prompts = [[*h, 1, 2], [*h, 3], h, [*h[:39], 9, 4], [7, 8, 9]]
+    # a head must leave the prompt a token of its own; prompts are grouped by their head's tokens
+    assert head_groups(prompts, [40, 40, 40, 40, 0]) == {tuple(h): [0, 1], (*h[:39], 9): [3]}
+    assert head_groups(prompts, [40, 0, 0, 39, 0]) == {tuple(h): [0], tuple(h[:39]): [3]}
+
+
+@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+def test_prefill_on_shared_heads_equals_one_without(arch, checkpoints, cache_dir):
+    """A benchmark's few-shot head shared across examples: prefilled once, each example's renderings
+    along their own tree on its cache (and one rendering alone on it), with the values of prompts
+    prefilled without any sharing; the head's tokens go through the model once."""
+    model = sago_fast.load_model(checkpoints[arch], cache_dir=cache_dir, batch_policy=BatchPolicy(400, 3))
+    tok = model.tokenizer
+    head = "The following are questions about the capitals of the countries of the world. " * 2
+    texts, keys = [], []
+    for example, question in enumerate(
+        [
+            "What is the capital of France in western Europe?",
+            "What is the capital of Italy in southern Europe?",
+        ]
+    ):
+        for options in ("A. Paris B. Rome", "A. Rome B. Paris", "A. Madrid B. Paris"):
+            texts.append(f"{head}{question} {options}")
+            keys.append(f"e{example}")
+    texts.append(head + "Which is larger?")  # a third example: one rendering, alone on the head
+    keys.append("e2")
+    ids = [tok(t)["input_ids"] for t in texts]
+    n_head = len(tok(head.rstrip())["input_ids"]) - 1  # the head's tokens all prompts share
+    assert all(i[:n_head] == ids[0][:n_head] for i in ids)
+    conts = [
+        [
+            tok(" Paris", add_special_tokens=False)["input_ids"],
+            tok(" Rome city", add_special_tokens=False)["input_ids"],
+        ]
+    ] * len(ids)
+    plain = model.prefill(ids, conts, share_keys=keys)
+    on_head = model.prefill(ids, conts, share_keys=keys, heads=[n_head] * len(ids))
+    model.prefix_sharing = 0
+    try:
+        alone = model.prefill(ids, conts)
+    finally:
+        model.prefix_sharing = sago_fast.runtime.shared_prefix.MIN_SHARED_TOKENS
+    assert_same_prefill(on_head, alone)
+    assert_same_prefill(plain, alone)
+    # each example's tree computed the head once (3 examples); on the shared head it is computed once
+    assert on_head.tokens_processed == plain.tokens_processed - 2 * n_head
