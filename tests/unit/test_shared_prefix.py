@@ -54,6 +54,15 @@ def test_combined_mean_is_the_mean_of_the_whole():
     np.testing.assert_allclose(got, whole.mean(2), rtol=1e-6, atol=1e-6)
 
 
+def prefill_without_sharing(model, ids, conts):
+    """The model's prefill of ``ids`` with no shared prefix at all (every prompt from its first token)."""
+    model.prefix_sharing = 0
+    try:
+        return model.prefill(ids, conts)
+    finally:
+        model.prefix_sharing = sago_fast.runtime.shared_prefix.MIN_SHARED_TOKENS
+
+
 def assert_same_prefill(shared, alone):
     """Pooled states, next-token distributions and option log-probs of two prefills within 1e-4."""
     for name in ("hidden_last", "hidden_mean", "next_logprobs"):
@@ -87,11 +96,7 @@ def test_prefill_through_shared_prefixes_equals_one_without(arch, checkpoints, c
     trees = prefix_trees(ids, model.prefix_sharing)  # the case under test: a tree in several pieces
     assert len(trees) == 1 and len(trees[0].ends) >= 3 and len(trees[0].members) == 4
     shared = model.prefill(ids, conts)
-    model.prefix_sharing = 0
-    try:
-        alone = model.prefill(ids, conts)
-    finally:
-        model.prefix_sharing = sago_fast.runtime.shared_prefix.MIN_SHARED_TOKENS
+    alone = prefill_without_sharing(model, ids, conts)
     assert_same_prefill(shared, alone)
     assert shared.tokens_processed < alone.tokens_processed
 
@@ -119,11 +124,7 @@ def test_prefill_along_a_tree_per_start_equals_one_without(checkpoints, cache_di
     trees = prefix_trees(ids, model.prefix_sharing)
     assert sorted(sorted((t.anchor, *(m for m, _ in t.members))) for t in trees) == [[0, 2], [1, 3]]
     shared = model.prefill(ids, conts * len(ids))
-    model.prefix_sharing = 0
-    try:
-        alone = model.prefill(ids, conts * len(ids))
-    finally:
-        model.prefix_sharing = sago_fast.runtime.shared_prefix.MIN_SHARED_TOKENS
+    alone = prefill_without_sharing(model, ids, conts * len(ids))
     assert_same_prefill(shared, alone)
     assert shared.tokens_processed < alone.tokens_processed
 
@@ -167,11 +168,7 @@ def test_prefill_on_shared_heads_equals_one_without(arch, checkpoints, cache_dir
     ] * len(ids)
     plain = model.prefill(ids, conts, share_keys=keys)
     on_head = model.prefill(ids, conts, share_keys=keys, heads=[n_head] * len(ids))
-    model.prefix_sharing = 0
-    try:
-        alone = model.prefill(ids, conts)
-    finally:
-        model.prefix_sharing = sago_fast.runtime.shared_prefix.MIN_SHARED_TOKENS
+    alone = prefill_without_sharing(model, ids, conts)
     assert_same_prefill(on_head, alone)
     assert_same_prefill(plain, alone)
     # each example's tree computed the head once (3 examples); on the shared head it is computed once
