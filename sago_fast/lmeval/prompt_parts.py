@@ -101,9 +101,7 @@ def shown_options(prompt: str, choices: Sequence[str], at: int = 0) -> list[tupl
     for choice in choices:
         if not choice.strip() or prompt.count(choice, at) != 1:
             return None
-        start = prompt.find(choice, at)
-        if start < 0:
-            return None
+        start = prompt.find(choice, at)  # found: it stands there once
         spans.append((start, start + len(choice)))
         at = start + len(choice)
     return spans

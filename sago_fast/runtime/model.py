@@ -270,7 +270,11 @@ class SagoModel:
             on_prefill(batch, ids, mask, out)
 
         keys = list(share_keys) if share_keys is not None else [""] * n
-        groups = head_groups(token_ids, heads) if heads is not None and self.has_kv_cache else {}
+        groups = (
+            head_groups(token_ids, heads, self.prefix_sharing)
+            if heads is not None and self.has_kv_cache
+            else {}
+        )
         on_heads = {i for members in groups.values() for i in members}
         others = [i for i in range(n) if i not in on_heads]
         if trees is None and self.has_kv_cache:

@@ -27,7 +27,6 @@ from sago_fast import defaults
 from sago_fast.errors import InputError
 from sago_fast.runtime.prompting import ModelPrompts
 from sago_fast.runtime.scoring import score_pairs
-from sago_fast.runtime.shared_prefix import MIN_SHARED_TOKENS
 from sago_fast.types import Example, Variant
 
 if TYPE_CHECKING:
@@ -180,7 +179,6 @@ def answer_modes_prefilled(
 ) -> tuple[list[dict[str, OptionAnswer]], Prefill]:
     """:func:`answer_modes`, with the prompts' prefill (probe included) it was scored on."""
     pairs = option_pairs(examples, variants, prompts, modes)
-    least = getattr(model, "prefix_sharing", MIN_SHARED_TOKENS)
     loglik, prefill = score_pairs(
         model,
         prompts,
@@ -188,7 +186,7 @@ def answer_modes_prefilled(
         pairs.rows,
         pairs.continuations,
         share_keys=[v.example_id for v in variants],  # shared prefixes within an example only,
-        heads=prompts.head_tokens(model.tokenizer, [v.head_chars for v in variants], prompt_ids, least),
+        heads=prompts.head_tokens(model.tokenizer, [v.head_chars for v in variants], prompt_ids),
     )  # and a benchmark's instruction and demonstrations across them
     return answers_from_scores(examples, variants, pairs, loglik), prefill
 

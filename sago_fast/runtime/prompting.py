@@ -70,22 +70,21 @@ class ModelPrompts:
         return [list(ids) for ids in encoded]
 
     def head_tokens(
-        self, tokenizer: Any, head_chars: Sequence[int], token_ids: Sequence[Sequence[int]], least: int
+        self, tokenizer: Any, head_chars: Sequence[int], token_ids: Sequence[Sequence[int]]
     ) -> list[int]:
         """How many of each prompt's first tokens are its head (:attr:`Variant.head_chars`, the part that
         renderings of other examples may share): the tokens the prompt has in common with its head text
-        alone, when at least ``least`` and not the whole prompt; 0 otherwise, and always in a chat template
-        (its text is not the variant's prompt)."""
+        alone; 0 without a head, and always in a chat template (its text is not the variant's prompt). The
+        model decides which heads are worth a pass of their own (:meth:`SagoModel.prefill`)."""
         if self.chat or not any(head_chars):
             return [0] * len(token_ids)
         wanted = sorted({self.texts[i][:h] for i, h in enumerate(head_chars) if h})
         encoded = tokenizer(wanted, add_special_tokens=self.add_special_tokens)["input_ids"]
         heads = dict(zip(wanted, encoded, strict=True))
-        out = []
-        for i, h in enumerate(head_chars):
-            n = common_prefix(token_ids[i], heads[self.texts[i][:h]]) if h else 0
-            out.append(n if least <= n < len(token_ids[i]) else 0)
-        return out
+        return [
+            common_prefix(token_ids[i], heads[self.texts[i][:h]]) if h else 0
+            for i, h in enumerate(head_chars)
+        ]
 
     @property
     def move_whitespace(self) -> bool:

@@ -102,15 +102,17 @@ def prefix_trees(
     return [t for t in trees if t is not None]
 
 
-def head_groups(token_ids: Sequence[Sequence[int]], heads: Sequence[int]) -> dict[tuple[int, ...], list[int]]:
-    """The prompts of each head: head tokens -> the prompts that start with them (``heads[i]`` > 0 tokens
-    of prompt i, at least one token of its own left). A head is the part of a prompt that renderings of
+def head_groups(
+    token_ids: Sequence[Sequence[int]], heads: Sequence[int], min_shared: int = 1
+) -> dict[tuple[int, ...], list[int]]:
+    """The prompts of each head: head tokens -> the prompts that start with them (``heads[i]`` tokens of
+    prompt i, at least ``min_shared`` and at least one token of its own left; min_shared 0: no heads). A head is the part of a prompt that renderings of
     other examples share by design (a benchmark's instruction and demonstrations): it is fixed by the
     prompt alone, and every prompt with one goes on from it whatever else is in the call, so how a prompt
     is computed does not depend on the other examples prefilled with it (as with ``share_keys``)."""
     found: dict[tuple[int, ...], list[int]] = defaultdict(list)
     for i, head in enumerate(heads):
-        if 0 < head < len(token_ids[i]):
+        if 0 < min_shared <= head < len(token_ids[i]):
             found[tuple(token_ids[i][:head])].append(i)
     return dict(found)
 
