@@ -247,6 +247,11 @@ def main() -> None:
     parser.add_argument("--siblings", type=int, default=5)
     parser.add_argument("--sibling-items", type=int, default=50)
     parser.add_argument(
+        "--caches",
+        default="cold,warm",
+        help="siblings from an empty sago cache (cold), a filled one (warm), or both",
+    )
+    parser.add_argument(
         "--fewshot",
         type=int,
         default=0,
@@ -335,7 +340,7 @@ def siblings(folder: Path, work: Path, out: Path, env: dict[str, str], args: arg
     """``args.siblings`` checkpoints of one export (a training run) against the first alone."""
     members = make_siblings(folder, work / "run", args.siblings)
     small = write_task(work / "small", mmlu_sample(work / "small-items", args.sibling_items))
-    for cache in ("cold", "warm"):
+    for cache in args.caches.split(","):
         one, many = [], []
         for r in range(args.rounds):
             for target, into in ((members[0], one), (work / "run", many)):

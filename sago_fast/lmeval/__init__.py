@@ -11,7 +11,8 @@ imported until lm-eval builds the model), so ``lm_eval.simple_evaluate(model="sa
 - :mod:`.tasks`: a task YAML with local data as a sago dataset (``--dataset lmeval:task.yaml``);
 - :mod:`.each`: a list of checkpoints (a training run) through lm-eval, one after the other;
 - :mod:`.task_index`: lm-eval's task index built once (per command, and per lm-eval version for its own
-  tasks).
+  tasks);
+- :mod:`.environment`: lm-eval's environment report gathered once per command.
 """
 
 from __future__ import annotations

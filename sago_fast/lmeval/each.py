@@ -2,10 +2,9 @@
 :func:`evaluate_each`.
 
 ``pretrained`` may name many checkpoints as ``sago run -m`` does (a training-run folder, a glob, a list
-file). Each is evaluated in turn in this process: lm-eval is imported once and its task index reused
-(:func:`sago_fast.lmeval.task_index.task_index_reused`: once per command, and the index of lm-eval's own
-tasks once per lm-eval version), and sibling checkpoints (same architecture) open the first one's export
-with their own weights (no re-export).
+file). Each is evaluated in turn in this process: lm-eval is imported once, what it would build again for
+every run is built once (:func:`reused_per_command`), and sibling checkpoints (same architecture) open the
+first one's export with their own weights (no re-export).
 """
 
 from __future__ import annotations
@@ -13,17 +12,29 @@ from __future__ import annotations
 import logging
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from sago_fast.errors import InputError, SagoError
 from sago_fast.lmeval import MODEL_NAMES
+from sago_fast.lmeval.environment import environment_report_reused
 from sago_fast.lmeval.task_index import task_index_reused
 
 log = logging.getLogger(__name__)
 
 MODEL_ARGS = "--model_args"
 PRETRAINED = re.compile(r"(?:^|,)pretrained=([^,]*)")
+
+
+@contextmanager
+def reused_per_command() -> Iterator[None]:
+    """While open, what lm-eval builds for every run is built once for the command's many checkpoints:
+    its task index (:func:`sago_fast.lmeval.task_index.task_index_reused`; the index of lm-eval's own tasks
+    also kept across commands, per lm-eval version) and its environment report
+    (:func:`sago_fast.lmeval.environment.environment_report_reused`)."""
+    with task_index_reused(), environment_report_reused():
+        yield
 
 
 def split_model_args(text: str) -> tuple[str, str]:
@@ -98,14 +109,14 @@ def start_light_if_cached(runs: Sequence[tuple[str, list[str]]]) -> bool:
     its export already cached. Anything else (another model, an adapter's ``base=``, a dtype other than
     the device's default, a checkpoint that does not resolve): nothing is changed and the run reports as
     it would. Returns whether torch is left out of the tokenizers."""
-    from sago_fast.checkpoints.resolve import resolve_checkpoint
+    from sago_fast.checkpoints.resolve import resolve_checkpoint, resolve_each
     from sago_fast.lmeval.backend import engine_device, sago_dtype
     from sago_fast.runtime.light import start_without_torch_if_exported
     from sago_fast.runtime.session import resolve_device
     from sago_fast.types import ExportSettings
 
-    checkpoints, settings = [], set()
-    for checkpoint, argv in runs:
+    settings = set()
+    for _, argv in runs:
         model, model_args, device = (_option(argv, f) for f in ("--model", MODEL_ARGS, "--device"))
         if model is None or model[1] not in MODEL_NAMES or model_args is None:
             return False
@@ -116,11 +127,15 @@ def start_light_if_cached(runs: Sequence[tuple[str, list[str]]]) -> bool:
             resolved = resolve_device(engine_device(device[1] if device else "auto"))
             if sago_dtype(args.get("dtype")) not in (None, ExportSettings.for_device(resolved).dtype):
                 return False
-            checkpoints.append(resolve_checkpoint(checkpoint))
         except Exception:  # the run itself reports it, in lm-eval's flow
             return False
         settings.add((resolved, args.get("cache_dir")))
     if len(settings) != 1:
+        return False
+    names = [checkpoint for checkpoint, _ in runs]
+    try:  # content-hashed here, on a few threads; the runs find the hashes remembered
+        checkpoints = resolve_each(names, lambda i: resolve_checkpoint(names[i]))
+    except Exception:
         return False
     device_of_all, cache_dir = settings.pop()
     return start_without_torch_if_exported(checkpoints, device_of_all, cache_dir)
@@ -138,7 +153,7 @@ def run_lmeval_cli(argv: Sequence[str]) -> None:
     runs = [("", ["-h"])] if "-h" in argv else lmeval_argvs(argv)  # -h: lm-eval's own flags
     if "-h" not in argv:
         start_light_if_cached(runs)
-    with task_index_reused():
+    with reused_per_command():
         for n, (checkpoint, args) in enumerate(runs, start=1):
             if len(runs) > 1:
                 log.warning("checkpoint %d of %d: %s", n, len(runs), checkpoint)
@@ -166,7 +181,7 @@ def evaluate_each(pretrained: str, model_args: str = "", **simple_evaluate: Any)
 
     results: dict[str, Any] = {}
     checkpoints = checkpoints_of(pretrained)
-    with task_index_reused():
+    with reused_per_command():
         for checkpoint in checkpoints:
             args = ",".join(a for a in (f"pretrained={checkpoint}", model_args) if a)
             results[checkpoint] = lm_eval.simple_evaluate(model="sago", model_args=args, **simple_evaluate)

@@ -12,15 +12,13 @@ import glob
 import hashlib
 import json
 import logging
-import os
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 from sago_fast.checkpoints.adapters import is_adapter_folder
 from sago_fast.checkpoints.gguf import is_gguf
-from sago_fast.checkpoints.resolve import Checkpoint, natural_key, resolve_checkpoint
+from sago_fast.checkpoints.resolve import Checkpoint, natural_key, resolve_checkpoint, resolve_each
 from sago_fast.checkpoints.runs import run_members
 from sago_fast.datasets.resolve import Dataset, load_dataset
 from sago_fast.errors import CheckpointError, InputError, SagoError
@@ -216,13 +214,13 @@ def plan_run(config: RunConfig) -> Plan:
 def _resolve_all(
     entries: Sequence[ModelEntry], base: str | None = None
 ) -> tuple[list[Checkpoint], list[tuple[str, str]]]:
-    """Each entry resolved and content-hashed, in order, and the training-run members that could not be
-    (logged, one line each). The first failure of any other entry is raised. Checkpoint folders are hashed
-    on a few threads at once (hashlib and file reads release the GIL: ~2x on two cores for checkpoints not
-    hashed before); GGUF files (converted through torch) and adapters one at a time, each base once."""
+    """Each entry resolved and content-hashed, in order (:func:`resolve_each`: folders on a few threads at
+    once), and the training-run members that could not be (logged, one line each). The first failure of
+    any other entry is raised."""
     bases: dict[str, Checkpoint] = {}
 
-    def resolve(entry: ModelEntry) -> Checkpoint | str:
+    def resolve(i: int) -> Checkpoint | str:
+        entry = entries[i]
         try:
             return resolve_checkpoint(entry.text, base=_base_of(entry.text, base, bases))
         except SagoError as exc:
@@ -230,14 +228,7 @@ def _resolve_all(
                 raise
             return str(exc)
 
-    sequential = len(entries) < 2 or any(
-        is_gguf(Path(e.text)) or is_adapter_folder(Path(e.text)) for e in entries
-    )
-    if sequential:
-        results = [resolve(e) for e in entries]
-    else:
-        with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as pool:
-            results = list(pool.map(resolve, entries))
+    results = resolve_each([e.text for e in entries], resolve)
     resolved = [r for r in results if isinstance(r, Checkpoint)]
     skipped = [(e.text, r) for e, r in zip(entries, results, strict=True) if isinstance(r, str)]
     for where, why in skipped:

@@ -512,8 +512,12 @@ def test_sago_lm_eval_takes_a_training_run_one_checkpoint_after_the_other(
     assert done.returncode == 0, done.stderr[-2000:]
     results = sorted(out.rglob("results_*.json"))
     assert [p.parent.name.rsplit("__", 1)[-1] for p in results] == ["checkpoint-10", "checkpoint-2"]
+    reports = []
     for path in results:
-        assert 0.0 <= json.loads(path.read_text())["results"]["sago_mmlu_letter"]["acc,none"] <= 1.0
+        written = json.loads(path.read_text())
+        assert 0.0 <= written["results"]["sago_mmlu_letter"]["acc,none"] <= 1.0
+        reports.append((written["pretty_env_info"], written["lm_eval_version"]))
+    assert reports[0] == reports[1] and reports[0][0]  # gathered once, in every checkpoint's results
     assert "checkpoint 1 of 2" in done.stderr and "checkpoint 2 of 2" in done.stderr
 
     failed = subprocess.run(

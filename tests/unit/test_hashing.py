@@ -34,3 +34,30 @@ def test_an_unwritable_memo_only_costs_a_rehash(tmp_path):
     blocker = tmp_path / "cache"
     blocker.write_text("a file where the memo folder would go")
     assert remembered("test", [file], lambda: file_sha256(file), blocker) == hashlib.sha256(b"x").hexdigest()
+
+
+def test_many_checkpoints_are_resolved_in_order_on_threads_and_gguf_files_one_at_a_time(tmp_path):
+    import threading
+
+    import pytest
+
+    from sago_fast.checkpoints.resolve import resolve_each
+
+    def where(i):
+        return i, threading.current_thread().name
+
+    folders = [str(tmp_path / f"step-{i}") for i in range(5)]
+    got = resolve_each(folders, where)
+    assert [i for i, _ in got] == list(range(5))
+    assert all(name.startswith("sago-hash") for _, name in got)
+    with_gguf = [*folders[:2], str(tmp_path / "model.gguf")]  # converted through torch: one at a time
+    assert {name for _, name in resolve_each(with_gguf, where)} == {threading.current_thread().name}
+    assert resolve_each(folders[:1], where) == [(0, threading.current_thread().name)]
+
+    def second_and_fourth_fail(i):
+        if i in (1, 3):
+            raise ValueError(f"checkpoint {i}")
+        return i
+
+    with pytest.raises(ValueError, match="checkpoint 1"):
+        resolve_each(folders, second_and_fourth_fail)

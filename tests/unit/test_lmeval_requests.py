@@ -89,6 +89,33 @@ def counted_reads(monkeypatch) -> list[Path]:
     return reads
 
 
+def test_the_environment_report_is_gathered_once_for_many_runs(monkeypatch):
+    pytest.importorskip("lm_eval")
+    import lm_eval.evaluator as evaluator
+
+    from sago_fast.lmeval.environment import environment_report_reused
+
+    calls = []
+
+    def report(storage):
+        calls.append(1)
+        storage.update({"pretty_env_info": f"report {len(calls)}", "versions": {"torch": "x"}})
+
+    monkeypatch.setattr(evaluator, "add_env_info", report)
+    runs = [{"results": i} for i in range(3)]
+    with environment_report_reused():
+        for run in runs:
+            evaluator.add_env_info(run)
+    assert len(calls) == 1
+    assert [r["pretty_env_info"] for r in runs] == ["report 1"] * 3
+    assert [r["results"] for r in runs] == [0, 1, 2]  # the run's own fields are kept
+    runs[0]["versions"]["torch"] = "changed"
+    assert runs[1]["versions"] == {"torch": "x"}  # each run has its own copy
+    assert evaluator.add_env_info is report  # put back
+    evaluator.add_env_info({})
+    assert len(calls) == 2
+
+
 def test_the_task_index_is_built_once_for_many_checkpoints(tmp_path, monkeypatch):
     pytest.importorskip("lm_eval")
     from lm_eval.tasks import TaskManager, _index
