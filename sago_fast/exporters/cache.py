@@ -34,6 +34,7 @@ from sago_fast.exporters.export import (
     eos_token_ids,
     export_checkpoint,
 )
+from sago_fast.exporters.optimised_graph import is_session_cache, write_for_sibling
 from sago_fast.exporters.reweight import graph_signature, sibling_fits, write_sibling_graph
 from sago_fast.paths import cache_root
 from sago_fast.runinfo import versions_of
@@ -214,6 +215,9 @@ def _sibling_entry(
         base_manifest["dtype"],
         out_dir,
     )
+    write_for_sibling(
+        root / base_key / base_manifest["files"]["model"], out_dir / base_manifest["files"]["model"]
+    )
     copy_model_files(checkpoint.path, out_dir)
     manifest = {
         **base_manifest,
@@ -238,7 +242,8 @@ def copy_export(exported: ExportedModel, out_dir: Path) -> Path:
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
     try:
         for item in exported.path.iterdir():  # a re-weighted entry is self-contained too
-            shutil.copy2(item, tmp / item.name)
+            if not is_session_cache(item):  # ONNX Runtime's, for this machine's sessions
+                shutil.copy2(item, tmp / item.name)
         if out_dir.exists():
             if not (out_dir / MANIFEST_FILE).is_file() and any(out_dir.iterdir()):
                 raise ExportError(f"{out_dir}: exists and is not a sago export; refusing to overwrite")

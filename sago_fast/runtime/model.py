@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -17,8 +18,9 @@ from typing import Any
 import numpy as np
 
 from sago_fast.checkpoints.resolve import Checkpoint, resolve_checkpoint
-from sago_fast.errors import InputError
+from sago_fast.errors import DeviceError, InputError
 from sago_fast.exporters.cache import ExportCache, ExportedModel
+from sago_fast.exporters.optimised_graph import GraphToOpen, graph_to_open, keep_saved_graph
 from sago_fast.runtime.batching import BatchPolicy, left_pad, plan_batches, run_with_backoff
 from sago_fast.runtime.chunked import CPU_PREFILL_CHUNK, run_chunked
 from sago_fast.runtime.generate import (
@@ -493,8 +495,9 @@ def load_model(
     pinned = _adapter_initializers(ckpt, exported) if ckpt.is_adapter else {}
     # ONNX Runtime builds the session without the GIL: the tokenizer (and transformers' import) loads
     # meanwhile (~1.5 s sooner on a 2-core CPU)
+    graph = _graph_to_open(exported, resolved, options, bool(pinned))
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="sago-session") as pool:
-        opening = pool.submit(open_session, exported.model_path, resolved, options, pinned)
+        opening = pool.submit(_open_graph, graph, exported, resolved, options, pinned)
         tokenizer = AutoTokenizer.from_pretrained(exported.path)
         session, provider = opening.result()
     if batch_policy is None and resolved == "cuda":
@@ -511,6 +514,39 @@ def load_model(
         prefill_chunk=CPU_PREFILL_CHUNK if resolved == "cpu" else 0,
         pinned=tuple(pinned.values()),
     )
+
+
+def _graph_to_open(
+    exported: ExportedModel, device: str, options: SessionOptions, pinned: bool
+) -> GraphToOpen:
+    """The graph a session of ``exported`` opens: on CPU at the default optimisation level, ONNX Runtime's
+    optimised graph kept beside the export (saved by the first session that optimises it, not by one
+    whose weights are replaced: an adapter's), see :mod:`sago_fast.exporters.optimised_graph`."""
+    if device != "cpu" or options.optimization != SessionOptions().optimization:
+        return GraphToOpen(exported.model_path)
+    shared = exported.manifest.get("graph_from")
+    donor = exported.path.parent / shared if shared else None
+    return graph_to_open(exported.model_path, donor, can_save=not pinned)
+
+
+def _open_graph(
+    graph: GraphToOpen, exported: ExportedModel, device: str, options: SessionOptions, pinned: dict[str, Any]
+) -> tuple[Any, str]:
+    """The session of ``graph``; where that fails while saving ONNX Runtime's optimised graph (a full disk)
+    or on a saved one, the session of the exported graph itself, saving nothing."""
+    try:
+        opened = open_session(
+            graph.path, device, options, pinned, optimised=graph.optimised, save_optimised=graph.save_to
+        )
+    except DeviceError as exc:
+        if graph == GraphToOpen(exported.model_path):
+            raise
+        if graph.save_to is not None:
+            shutil.rmtree(graph.save_to, ignore_errors=True)
+        log.warning("%s; opening the exported graph itself", exc)
+        return open_session(exported.model_path, device, options, pinned)
+    keep_saved_graph(graph, exported.model_path)
+    return opened
 
 
 def _adapter_initializers(adapter: Checkpoint, exported: ExportedModel) -> dict[str, Any]:

@@ -26,7 +26,8 @@ class SessionOptions:
     """Knobs for ``onnxruntime.InferenceSession``.
 
     intra_op_threads: 0 lets ORT use every physical core.
-    optimization: "extended" (default: ORT's fusions for transformer blocks, applied at load, never saved),
+    optimization: "extended" (default: ORT's fusions for transformer blocks; on CPU the graph they make is
+        kept beside the export and opened by later sessions, see :mod:`sago_fast.exporters.optimised_graph`),
         "all" (adds convolution layout transforms: ~0.6 s more per load for a 135M model, no faster here)
         or "basic".
     io_binding: "auto" (on for CUDA: the decode loop keeps its KV cache on the device), "on", "off".
@@ -176,11 +177,17 @@ def open_session(
     device: str,
     options: SessionOptions = SessionOptions(),
     initializers: Mapping[str, Any] | None = None,
+    *,
+    optimised: bool = False,
+    save_optimised: Path | None = None,
 ) -> tuple[Any, str]:
     """Create an InferenceSession for ``device`` (cpu|cuda, already resolved) and verify its provider.
 
     initializers: name -> ``OrtValue`` replacing the graph's initializer of that name (a LoRA adapter's
-    weights); the caller keeps them alive as long as the session.
+    weights); the caller keeps them alive as long as the session. optimised: ``path`` is a graph ONNX
+    Runtime already optimised (opened with its optimisations off); save_optimised: a folder where ONNX
+    Runtime writes the graph it optimises, its data in ``weights.bin`` (see
+    :mod:`sago_fast.exporters.optimised_graph`).
 
     Returns (session, active provider name). Raises DeviceError when ``cuda`` was asked and the session
     does not actually run on the CUDA provider.
@@ -193,6 +200,12 @@ def open_session(
         "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
         "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
     }[options.optimization]
+    if optimised:
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    if save_optimised is not None:
+        so.optimized_model_filepath = str(save_optimised / path.name)
+        so.add_session_config_entry("session.optimized_model_external_initializers_file_name", "weights.bin")
+        so.add_session_config_entry("session.optimized_model_external_initializers_min_size_in_bytes", "1024")
     so.intra_op_num_threads = options.intra_op_threads
     so.log_severity_level = 3
     if not options.spinning:
