@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from sago_fast.errors import DeviceError, InputError
+from sago_fast.exporters.optimised_graph import SAVED_DATA
 
 log = logging.getLogger(__name__)
 
@@ -186,7 +187,7 @@ def open_session(
     initializers: name -> ``OrtValue`` replacing the graph's initializer of that name (a LoRA adapter's
     weights); the caller keeps them alive as long as the session. optimised: ``path`` is a graph ONNX
     Runtime already optimised (opened with its optimisations off); save_optimised: a folder where ONNX
-    Runtime writes the graph it optimises, its data in ``weights.bin`` (see
+    Runtime writes the graph it optimises, its data in ``SAVED_DATA`` (see
     :mod:`sago_fast.exporters.optimised_graph`).
 
     Returns (session, active provider name). Raises DeviceError when ``cuda`` was asked and the session
@@ -204,7 +205,7 @@ def open_session(
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     if save_optimised is not None:
         so.optimized_model_filepath = str(save_optimised / path.name)
-        so.add_session_config_entry("session.optimized_model_external_initializers_file_name", "weights.bin")
+        so.add_session_config_entry("session.optimized_model_external_initializers_file_name", SAVED_DATA)
         so.add_session_config_entry("session.optimized_model_external_initializers_min_size_in_bytes", "1024")
     so.intra_op_num_threads = options.intra_op_threads
     so.log_severity_level = 3

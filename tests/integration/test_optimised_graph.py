@@ -12,7 +12,13 @@ from onnx.external_data_helper import uses_external_data
 import sago_fast
 import sago_fast.runtime.model as model_module
 from sago_fast.checkpoints.tiny import TinySize, build_tiny_checkpoint
-from sago_fast.exporters.optimised_graph import GraphToOpen, graph_to_open, keep_saved_graph, saved_graph_path
+from sago_fast.exporters.optimised_graph import (
+    SAVED_DATA,
+    GraphToOpen,
+    graph_to_open,
+    keep_saved_graph,
+    saved_graph_path,
+)
 from sago_fast.runtime.session import open_session
 
 SIZE = TinySize(max_positions=128)
@@ -97,7 +103,7 @@ def test_a_graph_whose_weights_onnx_runtime_changed_is_not_kept(tmp_path, tokeni
     opening = graph_to_open(graph, None, can_save=True)
     assert opening.path == graph and not opening.optimised and opening.save_to is not None
     open_session(graph, "cpu", save_optimised=opening.save_to)
-    data = opening.save_to / "weights.bin"
+    data = opening.save_to / SAVED_DATA
     changed = bytearray(data.read_bytes())
     changed[-5] ^= 0xFF  # as if ONNX Runtime had folded something into a weight
     data.write_bytes(bytes(changed))
