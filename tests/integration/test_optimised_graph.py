@@ -122,3 +122,17 @@ def test_a_damaged_saved_graph_falls_back_to_the_exported_one(tmp_path, tokenize
     with sago_fast.load_model(checkpoint, cache_dir=tmp_path / "cache") as again:
         assert_same(outputs(again), reference)
     assert "opening the exported graph itself" in caplog.text
+
+
+def test_a_session_that_cannot_save_opens_the_exported_graph(tmp_path, tokenizer, monkeypatch, caplog):
+    checkpoint = build_tiny_checkpoint("llama", tmp_path / "model", SIZE, seed=1, tokenizer=tokenizer)
+    gone = tmp_path / "no-such-folder"  # where ONNX Runtime cannot write (as a full disk)
+    monkeypatch.setattr(
+        model_module, "graph_to_open", lambda path, donor, can_save: GraphToOpen(path, save_to=gone)
+    )
+    with sago_fast.load_model(checkpoint, cache_dir=tmp_path / "cache") as model:
+        got = outputs(model)
+        plain = outputs(with_plain_session(model))
+        assert not saved_graph_path(model.exported.model_path).exists()
+    assert_same(got, plain)
+    assert "opening the exported graph itself" in caplog.text
