@@ -46,6 +46,7 @@ from sago_fast.lmeval.records import RequestLog
 from sago_fast.lmeval.requests import group_pairs, passes
 from sago_fast.runtime.batching import BatchPolicy
 from sago_fast.runtime.generate import GenerationSettings
+from sago_fast.runtime.shared_prefix import common_heads
 
 log = logging.getLogger(__name__)
 
@@ -227,7 +228,10 @@ class SagoLM(TemplateLM):
         greedy = np.zeros(len(requests), dtype=bool)
         bar = tqdm(total=len(requests), desc="sago loglikelihood", disable=disable_tqdm, unit="request")
         for part in passes(groups):
-            prefill = self.model.prefill([list(g.context) for g in part], [g.continuations for g in part])
+            contexts = [list(g.context) for g in part]
+            prefill = self.model.prefill(
+                contexts, [g.continuations for g in part], heads=common_heads(contexts)
+            )
             for row, group in enumerate(part):
                 scored = zip(
                     prefill.continuation_logprobs[row], prefill.continuation_greedy[row], strict=True

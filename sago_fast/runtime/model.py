@@ -261,8 +261,9 @@ class SagoModel:
         """Prefill every prompt: those sharing a prefix along their example's prefix tree
         (:mod:`sago_fast.runtime.tree_prefill`; ``trees``: already planned), the others in planned
         batches. heads[i]: prompt i's first tokens that prompts of other keys may share (see
-        :func:`~sago_fast.runtime.shared_prefix.head_groups`): each such head is prefilled once and its
-        prompts go on from its cache."""
+        :func:`~sago_fast.runtime.shared_prefix.head_groups`): each such head that saves more tokens than a
+        call costs (``batch_policy.call_overhead``) is prefilled once and its prompts go on from its
+        cache."""
         n = len(token_ids)
         self.progress.start("prefill", n, "prompt")
 
@@ -273,7 +274,7 @@ class SagoModel:
 
         keys = list(share_keys) if share_keys is not None else [""] * n
         groups = (
-            head_groups(token_ids, heads, self.prefix_sharing)
+            head_groups(token_ids, heads, min(self.prefix_sharing, 1), self.batch_policy.call_overhead)
             if heads is not None and self.has_kv_cache
             else {}
         )

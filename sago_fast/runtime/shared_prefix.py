@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 MIN_SHARED_TOKENS = 32  # a shorter shared prefix, or a shorter step between cuts, is not worth a pass
+HEAD_START = 4  # common_heads groups prompts by this many first tokens
 
 
 @dataclass(frozen=True)
@@ -103,18 +104,48 @@ def prefix_trees(
 
 
 def head_groups(
-    token_ids: Sequence[Sequence[int]], heads: Sequence[int], min_shared: int = 1
+    token_ids: Sequence[Sequence[int]],
+    heads: Sequence[int],
+    min_shared: int = 1,
+    min_saved: int = 0,
 ) -> dict[tuple[int, ...], list[int]]:
     """The prompts of each head: head tokens -> the prompts that start with them (``heads[i]`` tokens of
     prompt i, at least ``min_shared`` and at least one token of its own left; min_shared 0: no heads). A head is the part of a prompt that renderings of
     other examples share by design (a benchmark's instruction and demonstrations): it is fixed by the
     prompt alone, and every prompt with one goes on from it whatever else is in the call, so how a prompt
-    is computed does not depend on the other examples prefilled with it (as with ``share_keys``)."""
+    is computed does not depend on the other examples prefilled with it (as with ``share_keys``).
+
+    A head is prefilled once for its prompts, one pass more: a head that saves fewer than ``min_saved``
+    tokens ((prompts - 1) x its tokens) is not kept (its prompts are prefilled as if they had none)."""
     found: dict[tuple[int, ...], list[int]] = defaultdict(list)
     for i, head in enumerate(heads):
         if 0 < min_shared <= head < len(token_ids[i]):
             found[tuple(token_ids[i][:head])].append(i)
-    return dict(found)
+    return {head: members for head, members in found.items() if (len(members) - 1) * len(head) >= min_saved}
+
+
+def common_heads(token_ids: Sequence[Sequence[int]], start: int = HEAD_START) -> list[int]:
+    """heads[i] for prompts that nobody marked: the longest prefix prompt i shares with every prompt of
+    the call that begins with the same ``start`` tokens (0 where no other does), each prompt keeping a
+    token of its own. lm-eval's MMLU prompts all open with "The following are multiple choice questions
+    (with answers) about": ~11 of a 0-shot prompt's ~110 tokens, too short for a prefix tree
+    (``MIN_SHARED_TOKENS``) but, shared by hundreds of prompts, worth one pass (:func:`head_groups`
+    decides). Prompts of other starts (another task's) get their own group's head.
+
+    The longest prefix a group shares is the one its lexicographically first and last prompts share."""
+    by_start: dict[tuple[int, ...], list[int]] = defaultdict(list)
+    for i, ids in enumerate(token_ids):
+        if len(ids) > start:
+            by_start[tuple(ids[:start])].append(i)
+    heads = [0] * len(token_ids)
+    for rows in by_start.values():
+        if len(rows) < 2:
+            continue
+        ordered = sorted(rows, key=lambda r: tuple(token_ids[r]))
+        shared = common_prefix(token_ids[ordered[0]], token_ids[ordered[-1]])
+        for r in rows:
+            heads[r] = min(shared, len(token_ids[r]) - 1)
+    return heads
 
 
 def combined_mean(

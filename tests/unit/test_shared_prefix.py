@@ -7,7 +7,13 @@ import pytest
 
 import sago_fast
 from sago_fast.runtime.batching import BatchPolicy
-from sago_fast.runtime.shared_prefix import PrefixTree, combined_mean, head_groups, prefix_trees
+from sago_fast.runtime.shared_prefix import (
+    PrefixTree,
+    combined_mean,
+    common_heads,
+    head_groups,
+    prefix_trees,
+)
 
 
 def test_trees_by_hand():
@@ -138,6 +144,29 @@ def test_head_groups_by_hand():
     # heads shorter than the model's prefix_sharing are not worth a pass; 0 turns sharing off
     assert head_groups(prompts, [40, 0, 0, 39, 0], min_shared=40) == {tuple(h): [0]}
     assert head_groups(prompts, [40, 40, 40, 40, 0], min_shared=0) == {}
+    # a head is one pass more: kept where it saves at least min_saved tokens ((prompts - 1) x head)
+    assert head_groups(prompts, [40, 40, 40, 40, 0], min_saved=40) == {tuple(h): [0, 1]}
+    assert head_groups(prompts, [40, 40, 40, 40, 0], min_saved=41) == {}
+
+
+def test_common_heads_by_hand():
+    # lm-eval's 0-shot prompts: the same opening, then each item's own text; grouped by their first
+    # HEAD_START (4) tokens, a group's head is all it shares, each prompt keeping a token of its own
+    opening = list(range(10))
+    prompts = [
+        [*opening, 50, 1],
+        [*opening, 60],
+        [*opening, 50, 2, 3],
+        [7, 8, 9, 10, 11, 12],  # another task's prompts: their own head
+        [7, 8, 9, 10, 13],
+        list(opening),  # the opening alone keeps its last token
+        [1, 2, 3, 4, 5],  # alone with its start: no head
+        [7, 8],  # shorter than a start
+    ]
+    assert common_heads(prompts) == [10, 10, 10, 4, 4, 9, 0, 0]
+    # a longer start splits the opening's group: only the two that go on with 50 still share
+    assert common_heads(prompts, start=11) == [11, 0, 11, 0, 0, 0, 0, 0]
+    assert common_heads([]) == []
 
 
 @pytest.mark.parametrize("arch", ["llama", "gpt2"])
