@@ -47,8 +47,8 @@ def split_model_args(text: str) -> tuple[str, str]:
 
 
 def checkpoints_of(pretrained: str) -> list[str]:
-    """The checkpoints ``pretrained`` names (:func:`sago_fast.run.plan.expand_models`)."""
-    from sago_fast.run.plan import expand_models
+    """The checkpoints ``pretrained`` names (:func:`sago_fast.checkpoints.entries.expand_models`)."""
+    from sago_fast.checkpoints.entries import expand_models
 
     return expand_models([pretrained])
 

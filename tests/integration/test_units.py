@@ -12,10 +12,11 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from sago_fast.checkpoints.entries import expand_models
 from sago_fast.errors import InputError
 from sago_fast.run import RunConfig, run
 from sago_fast.run.merge import merge_shards
-from sago_fast.run.plan import expand_models, plan_run
+from sago_fast.run.plan import plan_run
 
 pytestmark = pytest.mark.xdist_group("units")  # module fixtures: built once, in one process
 

@@ -11,10 +11,11 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from sago_fast.checkpoints.entries import model_entries
 from sago_fast.checkpoints.runs import run_members, step_from_name, training_position
 from sago_fast.errors import CheckpointError
 from sago_fast.run.config import RunConfig
-from sago_fast.run.plan import model_entries, plan_run
+from sago_fast.run.plan import plan_run
 from sago_fast.stats.changes import IDENTICAL, checkpoint_changes, training_runs
 from sago_fast.store import Store
 
