@@ -145,9 +145,10 @@ def smol(smol_cache):
 
 @needs_smol
 def test_the_sago_backend_equals_hf(tasks, smol, hf_results, hf_float64, tmp_path, monkeypatch):
-    """Every log-likelihood as accurate as lm-eval's hf backend's (fp32, batch size 1) within 1e-4,
-    measured against hf in float64; the same is_greedy, accuracy and generated texts as hf in fp32; with
-    sago_db, every request and its result land in the results file."""
+    """Every log-likelihood, in sago's own batches and at one prompt a call, as accurate as lm-eval's hf
+    backend's (fp32, batch size 1) within 1e-4, measured against hf in float64; the same is_greedy,
+    accuracy and generated texts as hf in fp32; with sago_db, every request and its result land in the
+    results file."""
     import sago_fast.lmeval  # noqa: F401  (registers "sago")
     import sago_fast.runtime.model as model_module
     from sago_fast.store import Store
@@ -176,23 +177,31 @@ def test_the_sago_backend_equals_hf(tasks, smol, hf_results, hf_float64, tmp_pat
         model="sago",
         model_args=f"pretrained={GGUF},sago_db={db}",
         tasks=[tasks["letter"], tasks["cloze"], tasks["generate"], tasks["fewshot"]],
-        batch_size=1,  # as hf's: this model moves log-likelihoods by up to 3e-3 with padding
+        device="cpu",  # sago's own batches (its token budget), as `sago lm-eval` runs by default
+        log_samples=True,
+    )
+    one_a_call = lm_eval.simple_evaluate(  # lm-eval's batch size 1: one prompt per ONNX Runtime call
+        model="sago",
+        model_args=f"pretrained={GGUF}",
+        tasks=[tasks["letter"], tasks["cloze"]],
+        batch_size=1,
         device="cpu",
         log_samples=True,
     )
-    n_loglik = 0
     for task in ("sago_mmlu_letter", "sago_mmlu_cloze"):
-        references = zip(samples(hf_results, task), samples(hf_float64, task), strict=True)
-        for mine, (ref, exact) in zip(samples(ours, task), references, strict=True):
-            got, want, exact_values = (
-                np.array([float(r[0][0]) for r in x["resps"]]) for x in (mine, ref, exact)
-            )
-            np.testing.assert_array_less(np.abs(got - exact_values), np.abs(want - exact_values) + TOL)
-            assert [bool(r[0][1]) for r in mine["resps"]] == [bool(r[0][1]) for r in ref["resps"]]
-            n_loglik += len(got)
-        assert ours["results"][task]["acc,none"] == pytest.approx(hf_results["results"][task]["acc,none"])
+        for result in (ours, one_a_call):
+            references = zip(samples(hf_results, task), samples(hf_float64, task), strict=True)
+            for mine, (ref, exact) in zip(samples(result, task), references, strict=True):
+                got, want, exact_values = (
+                    np.array([float(r[0][0]) for r in x["resps"]]) for x in (mine, ref, exact)
+                )
+                np.testing.assert_array_less(np.abs(got - exact_values), np.abs(want - exact_values) + TOL)
+                assert [bool(r[0][1]) for r in mine["resps"]] == [bool(r[0][1]) for r in ref["resps"]]
+            hf_accuracy = hf_results["results"][task]["acc,none"]
+            assert result["results"][task]["acc,none"] == pytest.approx(hf_accuracy)
+    n_loglik = sum(len(s["resps"]) for t in ("sago_mmlu_letter", "sago_mmlu_cloze") for s in samples(ours, t))
     # the letter task's twelve contexts open with its description: prefilled once, each going on from it
-    assert [n for n, _ in on_heads] == [12] and on_heads[0][1] >= 20
+    assert [n for n, _ in on_heads] == [12, 12] and on_heads[0][1] >= 20
     # lm-eval hands both tasks' requests over in one call (the same generation kwargs): the few-shot
     # prompts along their prefix tree, the others in plain batches, every prompt step a prefill
     assert from_prefill == [24]

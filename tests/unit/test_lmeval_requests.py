@@ -55,6 +55,7 @@ def test_a_training_run_folder_gives_one_lm_eval_command_per_checkpoint(tmp_path
     assert argv[argv.index("--model_args") + 1] == f"pretrained={checkpoint},dtype=float32"
     assert argv[argv.index("--output_path") + 1] == "out"  # lm-eval keeps checkpoints apart below it
     assert argv[argv.index("--device") + 1] == "auto"  # not lm-eval's default cuda:0
+    assert argv[argv.index("--batch_size") + 1] == "auto"  # sago's token budget, not lm-eval's 1
     one = lmeval_argvs(["--model", "hf", "--model_args=pretrained=./m", "--output_path=o"])
     assert one == [("./m", ["--model", "hf", "--model_args=pretrained=./m", "--output_path=o"])]
     with pytest.raises(InputError, match="--model_args pretrained=PATH is required"):
@@ -65,6 +66,14 @@ def test_a_device_in_the_model_args_becomes_lm_evals_device_flag():
     ((_, argv),) = lmeval_argvs(["--model_args", "pretrained=./m,device=cuda,dtype=float16"])
     assert argv[argv.index("--model_args") + 1] == "pretrained=./m,dtype=float16"
     assert argv[argv.index("--device") + 1] == "cuda"
+
+
+def test_a_batch_size_given_either_way_is_kept():
+    for given in (["--batch_size", "1"], ["--batch_size=8"]):
+        ((_, argv),) = lmeval_argvs(["--model_args", "pretrained=./m", *given])
+        assert [w for w in argv if w.startswith("--batch_size")] == given[:1] and given[-1] in argv
+    ((_, argv),) = lmeval_argvs(["--model_args", "pretrained=./m,batch_size=4"])
+    assert "--batch_size" not in argv
 
 
 TINY_TASK = (
