@@ -274,7 +274,7 @@ class SagoModel:
 
         keys = list(share_keys) if share_keys is not None else [""] * n
         groups = (
-            head_groups(token_ids, heads, min(self.prefix_sharing, 1), self.batch_policy.call_overhead)
+            head_groups(token_ids, heads, self.prefix_sharing > 0, self.batch_policy.call_overhead)
             if heads is not None and self.has_kv_cache
             else {}
         )

@@ -106,20 +106,24 @@ def prefix_trees(
 def head_groups(
     token_ids: Sequence[Sequence[int]],
     heads: Sequence[int],
-    min_shared: int = 1,
+    enabled: bool = True,
     min_saved: int = 0,
 ) -> dict[tuple[int, ...], list[int]]:
     """The prompts of each head: head tokens -> the prompts that start with them (``heads[i]`` tokens of
-    prompt i, at least ``min_shared`` and at least one token of its own left; min_shared 0: no heads). A head is the part of a prompt that renderings of
-    other examples share by design (a benchmark's instruction and demonstrations): it is fixed by the
-    prompt alone, and every prompt with one goes on from it whatever else is in the call, so how a prompt
-    is computed does not depend on the other examples prefilled with it (as with ``share_keys``).
+    prompt i, at least one token of its own left; ``enabled`` False: no heads). A head is the part of a
+    prompt that renderings of other examples share by design (a benchmark's instruction and
+    demonstrations, the opening of a task's every prompt); every prompt with a kept head goes on from it.
 
-    A head is prefilled once for its prompts, one pass more: a head that saves fewer than ``min_saved``
-    tokens ((prompts - 1) x its tokens) is not kept (its prompts are prefilled as if they had none)."""
+    A head is prefilled once for its prompts, one pass more, and its prompts can share no prefix tree with
+    prompts outside it: it is kept only where its prompts save at least ``min_saved`` tokens together
+    ((prompts - 1) x its tokens). A head one rendering alone has (a reworded instruction) is not, and that
+    rendering goes along its example's tree instead. Whether a head is kept thus depends on the other
+    prompts of the call; the numbers differ by float noise only (~1e-5)."""
+    if not enabled:
+        return {}
     found: dict[tuple[int, ...], list[int]] = defaultdict(list)
     for i, head in enumerate(heads):
-        if 0 < min_shared <= head < len(token_ids[i]):
+        if 0 < head < len(token_ids[i]):
             found[tuple(token_ids[i][:head])].append(i)
     return {head: members for head, members in found.items() if (len(members) - 1) * len(head) >= min_saved}
 

@@ -141,10 +141,9 @@ def test_head_groups_by_hand():
     # a head must leave the prompt a token of its own; prompts are grouped by their head's tokens
     assert head_groups(prompts, [40, 40, 40, 40, 0]) == {tuple(h): [0, 1], (*h[:39], 9): [3]}
     assert head_groups(prompts, [40, 0, 0, 39, 0]) == {tuple(h): [0], tuple(h[:39]): [3]}
-    # heads shorter than the model's prefix_sharing are not worth a pass; 0 turns sharing off
-    assert head_groups(prompts, [40, 0, 0, 39, 0], min_shared=40) == {tuple(h): [0]}
-    assert head_groups(prompts, [40, 40, 40, 40, 0], min_shared=0) == {}
-    # a head is one pass more: kept where it saves at least min_saved tokens ((prompts - 1) x head)
+    assert head_groups(prompts, [40, 40, 40, 40, 0], enabled=False) == {}
+    # a head is one pass more: kept where it saves at least min_saved tokens ((prompts - 1) x head), so
+    # a head one prompt alone has is not
     assert head_groups(prompts, [40, 40, 40, 40, 0], min_saved=40) == {tuple(h): [0, 1]}
     assert head_groups(prompts, [40, 40, 40, 40, 0], min_saved=41) == {}
 
