@@ -107,31 +107,27 @@ def samples(result: dict, task: str) -> list[dict]:
     return sorted(result["samples"][task], key=lambda s: s["doc_id"])
 
 
-@pytest.fixture(scope="module")
-def hf_results(tasks, smol):
-    checkpoint, _ = smol
+def hf_evaluate(checkpoint, dtype: str, tasks: list[dict]) -> dict:
+    """lm-eval's hf backend on ``tasks`` at batch size 1, on CPU, its samples kept."""
     return lm_eval.simple_evaluate(
         model="hf",
-        model_args=f"pretrained={checkpoint.path},dtype=float32",
-        tasks=[tasks["letter"], tasks["cloze"], tasks["generate"], tasks["fewshot"]],
+        model_args=f"pretrained={checkpoint.path},dtype={dtype}",
+        tasks=tasks,
         batch_size=1,
         device="cpu",
         log_samples=True,
     )
+
+
+@pytest.fixture(scope="module")
+def hf_results(tasks, smol):
+    return hf_evaluate(smol[0], "float32", [tasks[t] for t in ("letter", "cloze", "generate", "fewshot")])
 
 
 @pytest.fixture(scope="module")
 def hf_float64(tasks, smol):
-    """The log-likelihood tasks' exact values: hf in float64 (batch size 1)."""
-    checkpoint, _ = smol
-    return lm_eval.simple_evaluate(
-        model="hf",
-        model_args=f"pretrained={checkpoint.path},dtype=float64",
-        tasks=[tasks["letter"], tasks["cloze"]],
-        batch_size=1,
-        device="cpu",
-        log_samples=True,
-    )
+    """The log-likelihood tasks' exact values: hf in float64."""
+    return hf_evaluate(smol[0], "float64", [tasks["letter"], tasks["cloze"]])
 
 
 @pytest.fixture(scope="module")
