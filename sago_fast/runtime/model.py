@@ -540,7 +540,8 @@ def _open_graph(
             graph.path, device, options, pinned, optimised=graph.optimised, save_optimised=graph.save_to
         )
     except DeviceError as exc:
-        if graph == GraphToOpen(exported.model_path):
+        # the exported graph itself, saving nothing: there is nothing to fall back to
+        if not graph.optimised and graph.save_to is None:
             raise
         if graph.save_to is not None:
             shutil.rmtree(graph.save_to, ignore_errors=True)

@@ -145,8 +145,9 @@ def common_heads(token_ids: Sequence[Sequence[int]], start: int = HEAD_START) ->
     for rows in by_start.values():
         if len(rows) < 2:
             continue
-        ordered = sorted(rows, key=lambda r: tuple(token_ids[r]))
-        shared = common_prefix(token_ids[ordered[0]], token_ids[ordered[-1]])
+        first = min(rows, key=lambda r: tuple(token_ids[r]))
+        last = max(rows, key=lambda r: tuple(token_ids[r]))
+        shared = common_prefix(token_ids[first], token_ids[last])
         for r in rows:
             heads[r] = min(shared, len(token_ids[r]) - 1)
     return heads
