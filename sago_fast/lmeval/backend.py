@@ -27,6 +27,7 @@ import json
 import logging
 import os
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -127,19 +128,16 @@ class SagoLM(TemplateLM):
             check_writable(sago_db, what="model_args sago_db")
         device = engine_device(device)
         checkpoint = resolve_checkpoint(str(pretrained), base=base, allow_pickle=bool(allow_pickle))
-        policy = BatchPolicy()
+        caps: dict[str, int] = {}  # what the user set of the device's batch policy
         if isinstance(batch_size, int) or (isinstance(batch_size, str) and batch_size.isdigit()):
-            policy = BatchPolicy(policy.token_budget, max_batch=max(int(batch_size), 1))
+            caps["max_batch"] = max(int(batch_size), 1)
         if token_budget is not None:
-            policy = BatchPolicy(int(token_budget), policy.max_batch)
+            caps["token_budget"] = int(token_budget)
+        BatchPolicy(**caps)  # a bad cap is an error before any export
         self.model = load_model(
-            checkpoint,
-            device,
-            dtype=sago_dtype(dtype),
-            cache_dir=cache_dir,
-            batch_policy=policy if policy != BatchPolicy() else None,  # None: sized for the device
-            allow_pickle=bool(allow_pickle),
+            checkpoint, device, dtype=sago_dtype(dtype), cache_dir=cache_dir, allow_pickle=bool(allow_pickle)
         )
+        self.model.batch_policy = replace(self.model.batch_policy, **caps)
         self.tokenizer = self.model.tokenizer
         self.add_bos_token = add_bos_token
         self.custom_prefix_token_id = prefix_token_id

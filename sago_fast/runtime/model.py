@@ -12,7 +12,7 @@ import os
 import shutil
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -344,7 +344,7 @@ class SagoModel:
         """After an out-of-memory failure at ``failed_size`` prompts, later batches stay below it."""
         policy = self.batch_policy
         smaller = max(1, min(policy.max_batch, failed_size) // 2)
-        self.batch_policy = BatchPolicy(token_budget=max(1, policy.token_budget // 2), max_batch=smaller)
+        self.batch_policy = replace(policy, token_budget=max(1, policy.token_budget // 2), max_batch=smaller)
         log.warning("batches shrunk after out of memory: %s", self.batch_policy)
 
     def target_logprobs(
@@ -570,13 +570,13 @@ def _adapter_initializers(adapter: Checkpoint, exported: ExportedModel) -> dict[
 
 def _policy_for_free_memory(manifest: dict[str, Any]) -> BatchPolicy:
     """On CUDA: a token budget sized from the free device memory (the back-off covers misjudgements)."""
-    from sago_fast.runtime.batching import free_cuda_memory, token_budget_for_memory
+    from sago_fast.runtime.batching import CUDA_CALL_OVERHEAD, free_cuda_memory, token_budget_for_memory
 
     free = free_cuda_memory()
     if free is None:
-        return BatchPolicy()
+        return BatchPolicy(call_overhead=CUDA_CALL_OVERHEAD)
     budget = token_budget_for_memory(
         free, int(manifest["n_layers"]), int(manifest["d_model"]), 2 if manifest["dtype"] == "fp16" else 4
     )
     log.info("CUDA: %.1f GiB free -> token budget %d", free / 2**30, budget)
-    return BatchPolicy(token_budget=budget, max_batch=256)
+    return BatchPolicy(token_budget=budget, max_batch=256, call_overhead=CUDA_CALL_OVERHEAD)

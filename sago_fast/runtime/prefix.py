@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from sago_fast.runtime.batching import BatchPolicy, left_pad, plan_batches
+from sago_fast.runtime.batching import CPU_CALL_OVERHEAD, BatchPolicy, left_pad, plan_batches
 from sago_fast.runtime.generate import SEGMENT_IDS, past_input_names
 from sago_fast.runtime.kv_cache import KVCache
 
@@ -54,15 +54,12 @@ def _within_logits_budget(
     return out
 
 
-BLOCK_CALL_OVERHEAD = 48  # one more block pass costs about as much as this many padded block tokens (CPU)
-
-
 def _block_groups(widths: np.ndarray, active: np.ndarray, vocab: int) -> list[slice | np.ndarray]:
     """The block rows ``active`` in passes of similar width: each pass's logits within LOGITS_BYTES, the
-    padding plus BLOCK_CALL_OVERHEAD per pass the least (:func:`plan_batches`). A pass of consecutive rows
+    padding plus :data:`~sago_fast.runtime.batching.CPU_CALL_OVERHEAD` per pass the least (:func:`plan_batches`). A pass of consecutive rows
     is a slice (the cache is fed as it is, no copy); any other gathers its cache rows."""
     budget = max(1, LOGITS_BYTES // (vocab * 4 * 3))  # block tokens (rows x width) one pass may hold
-    policy = BatchPolicy(token_budget=budget, max_batch=len(active), call_overhead=BLOCK_CALL_OVERHEAD)
+    policy = BatchPolicy(token_budget=budget, max_batch=len(active), call_overhead=CPU_CALL_OVERHEAD)
     groups: list[slice | np.ndarray] = []
     for part in plan_batches(widths[active] + 1, policy):  # + 1: the closing pad
         rows = np.sort(active[part])

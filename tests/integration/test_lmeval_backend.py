@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from sago_fast.errors import InputError
 from tests.real_model import GGUF, needs_smol
 
 lm_eval = pytest.importorskip("lm_eval")
@@ -253,6 +254,24 @@ def test_contexts_that_open_alike_go_on_from_one_prefill_of_their_opening(
     lm.close()
 
 
+def test_a_batch_size_or_token_budget_caps_the_devices_own_policy(checkpoints, cache_dir, tmp_path):
+    """model_args batch_size and token_budget replace those fields of the policy sago sizes for the
+    device and nothing else; a bad one is refused before any export."""
+    from sago_fast.lmeval.backend import SagoLM
+    from sago_fast.runtime.batching import CPU_CALL_OVERHEAD, BatchPolicy
+
+    lm = SagoLM(pretrained=str(checkpoints["llama"]), cache_dir=str(cache_dir), batch_size="3")
+    assert lm.model.batch_policy == BatchPolicy(max_batch=3, call_overhead=CPU_CALL_OVERHEAD)
+    lm.close()
+    lm = SagoLM(pretrained=str(checkpoints["llama"]), cache_dir=str(cache_dir), token_budget=500)
+    assert lm.model.batch_policy == BatchPolicy(token_budget=500)
+    lm.close()
+    empty = tmp_path / "cache"
+    with pytest.raises(InputError, match="token_budget"):
+        SagoLM(pretrained=str(checkpoints["llama"]), cache_dir=str(empty), token_budget=0)
+    assert not empty.exists() or not any(empty.iterdir())
+
+
 @needs_smol
 def test_rolling_log_likelihoods_equal_hf(smol):
     """``loglikelihood_rolling`` over texts longer than a small max_length (several windows) equals hf."""
@@ -334,7 +353,6 @@ def test_a_task_that_cannot_be_taken_apart_says_so_naming_the_field(tasks, tmp_p
     import yaml
 
     from sago_fast.datasets.resolve import load_dataset
-    from sago_fast.errors import InputError
 
     docs = tasks["folder"] / "docs.jsonl"
     hidden = task_config(
@@ -539,7 +557,6 @@ def test_sagos_own_demonstrations_are_refused_on_an_lm_eval_task(tasks, tmp_path
     """``--num-fewshot`` would replace lm-eval's prompt with sago's layout: one line, before any model."""
     import yaml
 
-    from sago_fast.errors import InputError
     from sago_fast.run import RunConfig
     from sago_fast.run.plan import plan_run
 
