@@ -75,7 +75,8 @@ class SeedWhenImported(importlib.abc.MetaPathFinder):
             module.manual_seed(self.seed)
             log.debug("torch imported: seeded with %d", self.seed)
 
-        spec.loader.exec_module = exec_module  # type: ignore[method-assign]  (this spec's loader only)
+        # this spec's loader only: a look-up's spec that is never executed seeds nothing
+        spec.loader.exec_module = exec_module  # type: ignore[method-assign]
         return spec
 
     def remove(self) -> None:
