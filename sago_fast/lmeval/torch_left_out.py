@@ -84,19 +84,26 @@ class SeedWhenImported(importlib.abc.MetaPathFinder):
             sys.meta_path.remove(self)
 
 
-def start_report() -> subprocess.Popen[str]:
-    """The child process that writes torch's environment report to its stdout."""
-    return subprocess.Popen(
-        [sys.executable, "-c", REPORT_COMMAND],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        stdin=subprocess.DEVNULL,
-        text=True,
-    )
+def start_report() -> subprocess.Popen[str] | None:
+    """The child process that writes torch's environment report to its stdout; None where it cannot
+    start."""
+    try:
+        return subprocess.Popen(
+            [sys.executable, "-c", REPORT_COMMAND],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            stdin=subprocess.DEVNULL,
+            text=True,
+        )
+    except OSError as exc:
+        log.debug("torch's environment report left to lm-eval: %s", exc)
+        return None
 
 
-def report_of(child: subprocess.Popen[str]) -> str | None:
+def report_of(child: subprocess.Popen[str] | None) -> str | None:
     """The child's report, or None where it failed or took longer than ``REPORT_TIMEOUT_S``."""
+    if child is None:
+        return None
     try:
         out, _ = child.communicate(timeout=REPORT_TIMEOUT_S)
     except subprocess.TimeoutExpired:
@@ -165,6 +172,7 @@ def torch_left_out() -> Iterator[None]:
         evaluator.add_env_info = original_report
         for finder in seeding:
             finder.remove()
-        if child.poll() is None:
-            child.kill()
-        child.communicate()
+        if child is not None:
+            if child.poll() is None:
+                child.kill()
+            child.communicate()

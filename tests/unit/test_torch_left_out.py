@@ -57,13 +57,25 @@ def test_the_seed_waits_for_torchs_import_and_the_report_is_torchs_own():
     ]
 
 
-def test_a_failed_child_leaves_the_report_to_lm_eval():
-    """Where the child that gathers torch's report fails, the report is gathered in the process."""
+@pytest.mark.parametrize(
+    "breaking",
+    [
+        "left_out.REPORT_COMMAND = 'raise SystemExit(3)'",
+        "left_out.subprocess = types.SimpleNamespace(**{**vars(subprocess), 'Popen': refuse})",
+    ],
+    ids=["fails", "cannot-start"],
+)
+def test_a_failed_child_leaves_the_report_to_lm_eval(breaking):
+    """Where the child that gathers torch's report fails or cannot start, the report is gathered in the
+    process."""
     lines = in_a_fresh_process(
         "import sys\n"
         "import lm_eval.evaluator as ev\n"
+        "import subprocess, types\n"
         "import sago_fast.lmeval.torch_left_out as left_out\n"
-        "left_out.REPORT_COMMAND = 'raise SystemExit(3)'\n"
+        "def refuse(*args, **kwargs):\n"
+        "    raise OSError('cannot start')\n"
+        f"{breaking}\n"
         "storage = {}\n"
         "with left_out.torch_left_out():\n"
         "    ev.add_env_info(storage)\n"
