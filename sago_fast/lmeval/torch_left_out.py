@@ -4,8 +4,8 @@ part of its environment report.
 lm-eval imports torch in every run, whatever the model: to seed it (``set_torch_seed``, before the model is
 made) and for its environment report (``add_env_info`` calls torch's ``collect_env``). The sago backend
 runs ONNX Runtime, and with every export cached nothing else in the command imports torch
-(:mod:`sago_fast.runtime.light`); its import is ~1 s of the command's ~4.5 s start on the 2-core
-development machine.
+(:mod:`sago_fast.runtime.light`): on the 2-core development machine a ``--limit 1`` command of 200 real
+MMLU items takes 2.9 s with torch left out, 4.5 s with it.
 
 While :func:`torch_left_out` is open and torch is not imported:
 
