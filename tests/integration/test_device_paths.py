@@ -69,7 +69,7 @@ def test_iobinding_decode_loop_equals_the_numpy_loop(checkpoints, cache_dir):
 
 def test_out_of_memory_backs_off_and_gives_the_same_numbers(checkpoints, cache_dir):
     model = sago_fast.load_model(
-        checkpoints["llama"], cache_dir=cache_dir, batch_policy=BatchPolicy(max_batch=8)
+        checkpoints["llama"], cache_dir=cache_dir, batch_policy=BatchPolicy(max_batch=8, call_overhead=300)
     )
     reference = model.probe(PROMPTS)
     ref_scores = model.target_logprobs([[5, 6, 7, 8], [9, 10, 11], [12, 13, 14, 15, 16]], [2, 1, 3])
@@ -81,6 +81,7 @@ def test_out_of_memory_backs_off_and_gives_the_same_numbers(checkpoints, cache_d
     np.testing.assert_allclose(got.hidden_last, reference.hidden_last, atol=1e-5)  # other padding
     np.testing.assert_allclose(got.next_logprobs, reference.next_logprobs, atol=1e-5)
     assert model.batch_policy.max_batch < 8  # later batches stay below the size that failed
+    assert model.batch_policy.call_overhead == 300  # the rest of the policy is kept
 
     model.batch_policy = BatchPolicy(max_batch=8)
     model.session = FakeOOMSession(model.session.real, limit=1)
@@ -114,6 +115,21 @@ def test_other_errors_are_not_taken_for_out_of_memory(checkpoints, cache_dir):
     model.session = Broken(model.session, limit=10)
     with pytest.raises(RuntimeError, match="Invalid rank"):
         model.probe(PROMPTS)
+
+
+def test_cuda_plans_with_its_own_call_cost(monkeypatch):
+    """CUDA's policy (token budget from free memory, or the default where that is unknown) plans with
+    CUDA_CALL_OVERHEAD, not the CPU's call cost."""
+    import sago_fast.runtime.batching as batching
+    from sago_fast.runtime.model import _policy_for_free_memory
+
+    manifest = {"n_layers": 16, "d_model": 2048, "dtype": "fp16"}
+    for free in (None, 8 * 2**30):
+        monkeypatch.setattr(batching, "free_cuda_memory", lambda free=free: free)
+        policy = _policy_for_free_memory(manifest)
+        assert policy.call_overhead == batching.CUDA_CALL_OVERHEAD != batching.CPU_CALL_OVERHEAD
+    assert policy.token_budget == token_budget_for_memory(8 * 2**30, 16, 2048, 2)
+    assert BatchPolicy().call_overhead == batching.CPU_CALL_OVERHEAD
 
 
 def test_token_budget_for_memory_by_hand():
