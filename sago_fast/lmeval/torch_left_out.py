@@ -21,6 +21,7 @@ Once torch is imported in this process, seed and report are lm-eval's own.
 
 from __future__ import annotations
 
+import functools
 import importlib.abc
 import importlib.machinery
 import importlib.util
@@ -138,25 +139,21 @@ def torch_left_out() -> Iterator[None]:
         yield
         return
     child = start_report()
-    seeding: list[SeedWhenImported] = []
+    finder = SeedWhenImported(0)  # on sys.meta_path from lm-eval's first seeding until torch's import
     original_seed: Callable[[int], None] = evaluator.set_torch_seed
     original_report: Callable[[dict[str, Any]], None] = evaluator.add_env_info
+    childs_report = functools.cache(lambda: report_of(child))
 
     def set_torch_seed(seed: int) -> None:
         if "torch" in sys.modules:
             original_seed(seed)
-        elif seeding:
-            seeding[0].seed = seed
-        else:
-            seeding.append(SeedWhenImported(seed))
-            sys.meta_path.insert(0, seeding[0])
-
-    reports: list[str | None] = []  # the child's, once read
+            return
+        finder.seed = seed
+        if finder not in sys.meta_path:
+            sys.meta_path.insert(0, finder)
 
     def add_env_info(storage: dict[str, Any]) -> None:
-        if not reports:
-            reports.append(None if "torch" in sys.modules else report_of(child))
-        report = reports[0] if "torch" not in sys.modules else None
+        report = None if "torch" in sys.modules else childs_report()
         if report is None:
             original_report(storage)
             return
@@ -170,8 +167,7 @@ def torch_left_out() -> Iterator[None]:
     finally:
         evaluator.set_torch_seed = original_seed
         evaluator.add_env_info = original_report
-        for finder in seeding:
-            finder.remove()
+        finder.remove()
         if child is not None:
             if child.poll() is None:
                 child.kill()

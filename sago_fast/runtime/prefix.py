@@ -56,8 +56,9 @@ def _within_logits_budget(
 
 def _block_groups(widths: np.ndarray, active: np.ndarray, vocab: int) -> list[slice | np.ndarray]:
     """The block rows ``active`` in passes of similar width: each pass's logits within LOGITS_BYTES, the
-    padding plus :data:`~sago_fast.runtime.batching.CPU_CALL_OVERHEAD` per pass the least (:func:`plan_batches`). A pass of consecutive rows
-    is a slice (the cache is fed as it is, no copy); any other gathers its cache rows."""
+    padding plus :data:`~sago_fast.runtime.batching.CPU_CALL_OVERHEAD` per pass the least
+    (:func:`plan_batches`). A pass of consecutive rows is a slice (the cache is fed as it is, no copy); any
+    other gathers its cache rows."""
     budget = max(1, LOGITS_BYTES // (vocab * 4 * 3))  # block tokens (rows x width) one pass may hold
     policy = BatchPolicy(token_budget=budget, max_batch=len(active), call_overhead=CPU_CALL_OVERHEAD)
     groups: list[slice | np.ndarray] = []
