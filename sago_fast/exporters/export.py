@@ -12,6 +12,7 @@ from typing import Any
 
 from sago_fast.checkpoints.resolve import CONFIG_FILE, TOKENIZER_FILES, Checkpoint
 from sago_fast.errors import ExportError
+from sago_fast.exporters.fused_rotary import fused_rotary
 from sago_fast.exporters.grouped_attention import attention_for
 from sago_fast.exporters.reweight import (
     MODEL_FILE,
@@ -26,8 +27,9 @@ log = logging.getLogger(__name__)
 MANIFEST_FILE = "manifest.json"
 # bump when the graph's inputs/outputs or semantics change; 7: grouped-query attention without copies of
 # the KV cache (exporters/grouped_attention.py), so that cached exports get it; 8: target_best (the arg-max
-# at each scored position: whether a continuation is the greedy one, without decoding it)
-FORMAT_VERSION = 8
+# at each scored position: whether a continuation is the greedy one, without decoding it); 9: rotary
+# embeddings as one ONNX Runtime node per rotation (exporters/fused_rotary.py)
+FORMAT_VERSION = 9
 
 
 def _max_positions(config: Any) -> int | None:
@@ -121,7 +123,8 @@ def export_checkpoint(
         with warnings.catch_warnings():
             # the TorchScript tracer warns about every Python branch it freezes; parity tests cover them
             warnings.simplefilter("ignore")
-            kv_cache = _export_graph(model, out_dir / MODEL_FILE, settings, checkpoint)
+            with fused_rotary(model):
+                kv_cache = _export_graph(model, out_dir / MODEL_FILE, settings, checkpoint)
     except Exception as exc:
         raise ExportError(f"{checkpoint.path}: ONNX export failed ({type(exc).__name__}: {exc})") from exc
     reweight = reweightable_initializers(model, out_dir / MODEL_FILE, checkpoint)
