@@ -19,6 +19,7 @@ untouched.
 from __future__ import annotations
 
 import contextlib
+import functools
 import sys
 from collections.abc import Iterator
 from typing import Any
@@ -36,7 +37,9 @@ def _rotate(states: Any, cos: Any, sin: Any) -> Any:
     return states * cos.unsqueeze(1) + rotated * sin.unsqueeze(1)
 
 
+@functools.cache
 def _rotary_function() -> Any:
+    """The autograd function whose trace is the node (made once, on first use: torch only when exporting)."""
     import torch
 
     class RotaryNode(torch.autograd.Function):
