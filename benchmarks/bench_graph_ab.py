@@ -1,30 +1,120 @@
-"""Two exported graphs of one model on the same feeds, alternating: what an export change does to a pass.
+"""Two exported graphs of one model on the same passes over real MMLU prompts, alternating: what an export
+change does to a pass.
 
-Both graphs are opened as sago opens a graph on CPU (``open_session`` with the default ``SessionOptions``);
-each shape (prefill, an option-block-like pass on a cache, a decode step) runs once to warm up, then
-``--repeats`` times per graph, the graphs alternating; medians. Random token ids, no padding.
+The prompts are lm-eval's MMLU prompt (subject line, question, options A-D, "Answer:") of a seeded sample of
+real MMLU test items (``../shared/data/mmlu``), tokenised with the export's tokenizer. The passes:
 
-The graph of another export format comes from the code that made it, e.g. from a git worktree of the
-earlier commit with its own ``--cache-dir``:
+- a prefill of 8 prompts, and of 16, left-padded to the longest;
+- a continued pass: the 8 prompts' KV cache, then 20 new tokens a row (the start of the row's four
+  option texts), scored (an option-block-like pass);
+- a decode step: one token on each of the 16 prompts' caches.
+
+It prints the largest difference between the two graphs' next-token log-probs on the first prefill, then
+the times. Both graphs are opened as sago opens a graph on CPU (``open_session``, default ``SessionOptions``); each
+pass runs once to warm up, then ``--repeats`` times per graph, the graphs alternating; medians.
+
+The graph of another export format comes from the code that made it, e.g. a git worktree of the earlier
+commit with its own cache:
 
     git worktree add /tmp/before HEAD~1
-    (cd /tmp/before && python -m sago_fast.cli.app export -m FOLDER --cache-dir /tmp/cache-before)
-    python -m sago_fast.cli.app export -m FOLDER --cache-dir /tmp/cache-after
+    (cd /tmp/before && SAGO_CACHE_DIR=/tmp/cache-before python -m sago_fast.cli.app export -m FOLDER)
+    SAGO_CACHE_DIR=/tmp/cache-after python -m sago_fast.cli.app export -m FOLDER
     python benchmarks/bench_graph_ab.py /tmp/cache-before/exports/*/model.onnx /tmp/cache-after/exports/*/model.onnx
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import statistics
+import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
-from profile_ort_ops import prefill_feeds
+import numpy as np
+from real_model import mmlu_sample
 
 from sago_fast.runtime.session import open_session
 
-SHAPES = ((8, 110, 0), (4, 100, 0), (8, 20, 110), (16, 1, 120))  # (batch, new tokens, cached positions)
+NEW_TOKENS = 20  # the continued pass's new tokens a row
+
+
+def mmlu_prompts(n: int) -> list[tuple[str, str]]:
+    """(lm-eval's MMLU prompt, the four option texts joined) of ``n`` real items across subjects."""
+    folder = mmlu_sample(Path(tempfile.mkdtemp()) / "mmlu", n)
+    prompts = []
+    for file in sorted(folder.glob("*_test.csv")):
+        subject = file.name.removesuffix("_test.csv").replace("_", " ")
+        with file.open(newline="", encoding="utf-8") as handle:
+            for question, *choices, _ in csv.reader(handle):
+                options = "".join(f"\n{label}. {text}" for label, text in zip("ABCD", choices, strict=True))
+                prompt = (
+                    f"The following are multiple choice questions (with answers) about {subject}.\n\n"
+                    f"{question.strip()}{options}\nAnswer:"
+                )
+                prompts.append((prompt, " " + " ".join(choices)))
+    return prompts[:n]
+
+
+def left_padded(rows: list[list[int]], pad: int) -> tuple[np.ndarray, np.ndarray]:
+    """(ids, mask), both (len(rows), longest) int64, left-padded."""
+    width = max(map(len, rows))
+    ids = np.full((len(rows), width), pad, dtype=np.int64)
+    mask = np.zeros((len(rows), width), dtype=np.int64)
+    for i, row in enumerate(rows):
+        ids[i, width - len(row) :] = row
+        mask[i, width - len(row) :] = 1
+    return ids, mask
+
+
+def feeds_for(
+    session: Any, ids: np.ndarray, mask: np.ndarray, past: dict[str, np.ndarray], targets: int
+) -> dict:
+    """Every input of the unified graph: ``past`` (input name -> array) or an empty cache, the last
+    ``targets`` new tokens scored, no option segments."""
+    feeds: dict[str, np.ndarray] = {"input_ids": ids, "attention_mask": mask}
+    for node in session.get_inputs():
+        if node.name.startswith("past_key_values."):
+            empty = np.zeros((ids.shape[0], node.shape[1], 0, node.shape[3]), dtype=np.float32)
+            feeds[node.name] = past.get(node.name, empty)
+        elif node.name == "target_ids":
+            feeds[node.name] = np.ascontiguousarray(ids[:, ids.shape[1] - targets :])
+        elif node.name == "segment_ids":
+            feeds[node.name] = np.zeros_like(mask)
+    return feeds
+
+
+def cache_of(session: Any, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The KV cache a pass leaves, keyed by the past input names it goes back in as."""
+    names = [o.name for o in session.get_outputs() if o.name.startswith("present.")]
+    values = session.run(names, feeds)
+    return {
+        name.replace("present.", "past_key_values."): value for name, value in zip(names, values, strict=True)
+    }
+
+
+def passes(session: Any, tokenizer: Any, prompts: list[tuple[str, str]]) -> dict[str, dict[str, np.ndarray]]:
+    """The four passes' feeds for one graph (its own caches)."""
+    pad = tokenizer.token_to_id("<|endoftext|>") or 0
+    encoded = [tokenizer.encode(prompt).ids for prompt, _ in prompts]
+    options = [tokenizer.encode(text).ids[:NEW_TOKENS] for _, text in prompts]
+    out: dict[str, dict[str, np.ndarray]] = {}
+    for rows in (8, 16):
+        ids, mask = left_padded(encoded[:rows], pad)
+        out[f"prefill of {rows} prompts ({int(mask.sum())} tokens)"] = feeds_for(session, ids, mask, {}, 0)
+    ids, mask = left_padded(encoded[:8], pad)
+    past = cache_of(session, feeds_for(session, ids, mask, {}, 0))
+    new = np.array([row + [pad] * (NEW_TOKENS - len(row)) for row in options[:8]], dtype=np.int64)
+    mask_new = np.concatenate([mask, np.ones_like(new)], axis=1)
+    out[f"8 x {NEW_TOKENS} on their prompts' cache"] = feeds_for(session, new, mask_new, past, NEW_TOKENS - 1)
+    ids, mask = left_padded(encoded[:16], pad)
+    past = cache_of(session, feeds_for(session, ids, mask, {}, 0))
+    step = ids[:, -1:].copy()
+    out["decode step of 16 rows"] = feeds_for(
+        session, step, np.concatenate([mask, np.ones_like(step)], 1), past, 0
+    )
+    return out
 
 
 def main() -> None:
@@ -34,23 +124,30 @@ def main() -> None:
     parser.add_argument("before", type=Path)
     parser.add_argument("after", type=Path)
     parser.add_argument("--repeats", type=int, default=7)
-    parser.add_argument("--vocab", type=int, default=49152, help="token ids are drawn below it")
     args = parser.parse_args()
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(args.after.parent / "tokenizer.json"))
+    prompts = mmlu_prompts(16)
     sessions = [open_session(path, "cpu")[0] for path in (args.before, args.after)]
-    print(f"{'shape':>22}  {'before':>9}  {'after':>9}  after/before")
-    for batch, tokens, past in SHAPES:
-        feeds = [prefill_feeds(s, batch, tokens, args.vocab, past) for s in sessions]
-        names = [[o.name for o in s.get_outputs() if not o.name.startswith("present.")] for s in sessions]
+    feeds = [passes(session, tokenizer, prompts) for session in sessions]
+    names = [[o.name for o in s.get_outputs() if not o.name.startswith("present.")] for s in sessions]
+    first = next(iter(feeds[0]))
+    logprobs = [s.run(["next_logprobs"], f[first])[0] for s, f in zip(sessions, feeds, strict=True)]
+    print(
+        f"largest |after - before| next-token log-prob, {first}: {np.abs(logprobs[1] - logprobs[0]).max():.2e}"
+    )
+    print(f"{'pass':>42}  {'before':>9}  {'after':>9}  after/before")
+    for shape in feeds[0]:
         times: list[list[float]] = [[], []]
         for repeat in range(args.repeats + 1):
             for i, session in enumerate(sessions):
                 start = time.perf_counter()
-                session.run(names[i], feeds[i])
+                session.run(names[i], feeds[i][shape])
                 if repeat:  # the first round warms up
                     times[i].append(time.perf_counter() - start)
         before, after = (statistics.median(t) for t in times)
-        shape = f"{batch} x {tokens} on {past}"
-        print(f"{shape:>22}  {before * 1e3:7.1f} ms  {after * 1e3:7.1f} ms  {after / before:.3f}")
+        print(f"{shape:>42}  {before * 1e3:7.1f} ms  {after * 1e3:7.1f} ms  {after / before:.3f}")
 
 
 if __name__ == "__main__":
