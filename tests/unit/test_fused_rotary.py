@@ -80,6 +80,13 @@ def test_the_patch_is_only_in_place_while_exporting():
     with fused_rotary(Model()) as fused:
         assert fused and modeling_llama.apply_rotary_pos_emb is rotary_node_apply
     assert modeling_llama.apply_rotary_pos_emb is original
+    with pytest.raises(RuntimeError), fused_rotary(Model()):  # a failed export restores it too
+        raise RuntimeError("the export failed")
+    assert modeling_llama.apply_rotary_pos_emb is original
+    Model.config = LlamaConfig()
+    Model.config.model_type = "phi3"  # its rotation may be partial: not this node
+    with fused_rotary(Model()) as fused:
+        assert not fused and modeling_llama.apply_rotary_pos_emb is original
 
 
 def test_llama_graphs_rotate_in_one_node_and_gpt2_graphs_have_none(checkpoints, cache_dir):
