@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 from real_model import mmlu_sample
 
+from sago_fast.runtime.batching import left_pad
 from sago_fast.runtime.session import open_session
 
 NEW_TOKENS = 20  # the continued pass's new tokens a row
@@ -55,17 +56,6 @@ def mmlu_prompts(n: int) -> list[tuple[str, str]]:
                 )
                 prompts.append((prompt, " " + " ".join(choices)))
     return prompts[:n]
-
-
-def left_padded(rows: list[list[int]], pad: int) -> tuple[np.ndarray, np.ndarray]:
-    """(ids, mask), both (len(rows), longest) int64, left-padded."""
-    width = max(map(len, rows))
-    ids = np.full((len(rows), width), pad, dtype=np.int64)
-    mask = np.zeros((len(rows), width), dtype=np.int64)
-    for i, row in enumerate(rows):
-        ids[i, width - len(row) :] = row
-        mask[i, width - len(row) :] = 1
-    return ids, mask
 
 
 def feeds_for(
@@ -99,21 +89,21 @@ def passes(session: Any, tokenizer: Any, prompts: list[tuple[str, str]]) -> dict
     pad = tokenizer.token_to_id("<|endoftext|>") or 0
     encoded = [tokenizer.encode(prompt).ids for prompt, _ in prompts]
     options = [tokenizer.encode(text).ids[:NEW_TOKENS] for _, text in prompts]
-    out: dict[str, dict[str, np.ndarray]] = {}
-    for rows in (8, 16):
-        ids, mask = left_padded(encoded[:rows], pad)
-        out[f"prefill of {rows} prompts ({int(mask.sum())} tokens)"] = feeds_for(session, ids, mask, {}, 0)
-    ids, mask = left_padded(encoded[:8], pad)
-    past = cache_of(session, feeds_for(session, ids, mask, {}, 0))
+    padded = {rows: left_pad(encoded[:rows], pad) for rows in (8, 16)}  # (ids, mask) of the first rows
+    prefills = {rows: feeds_for(session, ids, mask, {}, 0) for rows, (ids, mask) in padded.items()}
+    out = {
+        f"prefill of {rows} prompts ({int(padded[rows][1].sum())} tokens)": feeds
+        for rows, feeds in prefills.items()
+    }
+    mask = padded[8][1]
     new = np.array([row + [pad] * (NEW_TOKENS - len(row)) for row in options[:8]], dtype=np.int64)
     mask_new = np.concatenate([mask, np.ones_like(new)], axis=1)
+    past = cache_of(session, prefills[8])
     out[f"8 x {NEW_TOKENS} on their prompts' cache"] = feeds_for(session, new, mask_new, past, NEW_TOKENS - 1)
-    ids, mask = left_padded(encoded[:16], pad)
-    past = cache_of(session, feeds_for(session, ids, mask, {}, 0))
+    ids, mask = padded[16]
     step = ids[:, -1:].copy()
-    out["decode step of 16 rows"] = feeds_for(
-        session, step, np.concatenate([mask, np.ones_like(step)], 1), past, 0
-    )
+    mask_step = np.concatenate([mask, np.ones_like(step)], axis=1)
+    out["decode step of 16 rows"] = feeds_for(session, step, mask_step, cache_of(session, prefills[16]), 0)
     return out
 
 

@@ -29,12 +29,11 @@ ROTARY_FUNCTION = "apply_rotary_pos_emb"  # the modelling module's function the 
 
 
 def _rotate(states: Any, cos: Any, sin: Any) -> Any:
-    """HF's rotation of states (B, H, S, D) by cos/sin (B, S, D), the eager computation of the node."""
-    import torch
+    """HF's rotation of states (B, H, S, D) by cos/sin (B, S, D) with transformers' own ``rotate_half``
+    (the same in every model type of :data:`ROTARY_MODEL_TYPES`): the eager computation of the node."""
+    from transformers.models.llama.modeling_llama import rotate_half
 
-    half = states.shape[-1] // 2
-    rotated = torch.cat((-states[..., half:], states[..., :half]), dim=-1)
-    return states * cos.unsqueeze(1) + rotated * sin.unsqueeze(1)
+    return states * cos.unsqueeze(1) + rotate_half(states) * sin.unsqueeze(1)
 
 
 @functools.cache
