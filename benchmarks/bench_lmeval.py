@@ -89,16 +89,45 @@ def shared_prefixes(db: Path, folder: Path) -> tuple[dict[str, float], float]:
     return {family: float(np.mean(v)) for family, v in sorted(shares.items())}, tree / total
 
 
+@dataclass
+class PassKind:
+    """One kind of ONNX Runtime call of the answering: calls, padded and real new tokens, the positions
+    each new token attends to (summed over padded tokens), seconds."""
+
+    calls: int = 0
+    padded: int = 0
+    real: int = 0
+    attended: int = 0
+    seconds: float = 0.0
+
+    def line(self, name: str) -> str:
+        return (
+            f"    {name:<9} {self.calls:4d} calls, {self.real:7d} real tokens ({self.real / self.padded:.0%} of "
+            f"the padded), {self.attended / self.padded:4.0f} positions attended, {self.seconds:6.1f} s, "
+            f"{self.padded / self.seconds:4.0f} padded tokens/s"
+        )
+
+
+def pass_kind(feeds: dict[str, Any]) -> str:
+    """``prefill`` (no cache), ``continue`` (prompt tokens on a cache) or ``block`` (option blocks)."""
+    from sago_fast.runtime.generate import SEGMENT_IDS
+
+    if SEGMENT_IDS in feeds and int(feeds[SEGMENT_IDS].max()) > 0:
+        return "block"
+    return "continue" if feeds["attention_mask"].shape[1] > feeds["input_ids"].shape[1] else "prefill"
+
+
 class ReplayedSession:
     """An ONNX Runtime session that runs every call twice: the call as the run makes it (timed), then the
     same call again at once, the same inputs (the engine alone on the run's own shapes, timed apart). The
-    run sees the first call's outputs only."""
+    run sees the first call's outputs only. ``kinds``: the run's calls by :func:`pass_kind`."""
 
     def __init__(self, session: Any) -> None:
         self._session = session
         self.calls = 0
         self.run_s = 0.0  # the run's own calls
         self.replay_s = 0.0  # the same calls again
+        self.kinds: dict[str, PassKind] = {}
 
     def run(self, names: Any, feeds: dict[str, Any], *args: Any) -> Any:
         start = time.perf_counter()
@@ -108,6 +137,13 @@ class ReplayedSession:
         self.replay_s += time.perf_counter() - ran
         self.run_s += ran - start
         self.calls += 1
+        ids, mask = feeds["input_ids"], feeds["attention_mask"]  # (b, new), (b, past + new)
+        kind = self.kinds.setdefault(pass_kind(feeds), PassKind())
+        kind.calls += 1
+        kind.padded += ids.size
+        kind.real += int(mask[:, mask.shape[1] - ids.shape[1] :].sum())
+        kind.attended += ids.size * mask.shape[1]
+        kind.seconds += ran - start
         return out
 
     def __getattr__(self, name: str) -> Any:
@@ -126,6 +162,7 @@ class Answering:
     ort_s: float  # of which in ONNX Runtime calls
     replay_s: float  # the same calls again, alone
     calls: int
+    kinds: dict[str, PassKind]  # the calls by kind
 
     def report(self, isolated: float) -> list[str]:
         in_run, same_shapes = self.through / self.seconds, self.through / self.replay_s
@@ -138,7 +175,8 @@ class Answering:
             f"  the same {self.calls} ONNX Runtime calls replayed alone (the run's own shapes): "
             f"{same_shapes:.0f} tokens/s; in-run = {in_run / same_shapes:.0%} of it (target >= 90%); "
             f"ONNX Runtime calls are {self.ort_s / self.seconds:.0%} of the answering's "
-            f"{self.seconds:.1f} s, the rest is sago's own work between calls",
+            f"{self.seconds:.1f} s, the rest is sago's own work between calls; by kind of call:",
+            *(self.kinds[k].line(k) for k in ("prefill", "continue", "block") if k in self.kinds),
         ]
 
 
@@ -178,6 +216,7 @@ def answering(folder: Path, data: Path, cache: Path) -> Answering:
         ort_s=replayed.run_s,
         replay_s=replayed.replay_s,
         calls=replayed.calls,
+        kinds=replayed.kinds,
     )
 
 
