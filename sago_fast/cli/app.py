@@ -46,6 +46,9 @@ def root(
         level=logging.DEBUG if debug else logging.INFO if verbose else logging.WARNING,
         format="%(levelname)s %(name)s: %(message)s",
     )
+    from sago_fast.runtime.threads import default_threads
+
+    default_threads()  # a bad $SAGO_THREADS is one line before any work
 
 
 def main() -> None:

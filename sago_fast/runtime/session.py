@@ -14,6 +14,7 @@ from typing import Any
 
 from sago_fast.errors import DeviceError, InputError
 from sago_fast.exporters.optimised_graph import SAVED_DATA
+from sago_fast.runtime.threads import default_threads
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +27,8 @@ CPU_EP = "CPUExecutionProvider"
 class SessionOptions:
     """Knobs for ``onnxruntime.InferenceSession``.
 
-    intra_op_threads: 0 lets ORT use every physical core.
+    intra_op_threads: 0 (default): ``$SAGO_THREADS`` if set (:func:`~sago_fast.runtime.threads.default_threads`), else ORT's own choice,
+        every physical core.
     optimization: "extended" (default: ORT's fusions for transformer blocks; on CPU the graph they make is
         kept beside the export and opened by later sessions, see :mod:`sago_fast.exporters.optimised_graph`),
         "all" (adds convolution layout transforms: ~0.6 s more per load for a 135M model, no faster here)
@@ -207,7 +209,7 @@ def open_session(
         so.optimized_model_filepath = str(save_optimised / path.name)
         so.add_session_config_entry("session.optimized_model_external_initializers_file_name", SAVED_DATA)
         so.add_session_config_entry("session.optimized_model_external_initializers_min_size_in_bytes", "1024")
-    so.intra_op_num_threads = options.intra_op_threads
+    so.intra_op_num_threads = options.intra_op_threads or default_threads()
     so.log_severity_level = 3
     if not options.spinning:
         so.add_session_config_entry("session.intra_op.allow_spinning", "0")

@@ -61,3 +61,43 @@ def test_session_options_change_no_output(checkpoints, cache_dir, options):
 def test_unknown_session_option_values_are_one_error(field, value):
     with pytest.raises(InputError, match=f"SessionOptions.{field} must be one of"):
         SessionOptions(**{field: value})
+
+
+def test_sago_threads_sets_the_threads_of_sessions_that_leave_them_open(
+    checkpoints, cache_dir, monkeypatch, tmp_path
+):
+    """$SAGO_THREADS is ONNX Runtime's intra-op thread count where SessionOptions leaves it at 0, and an
+    explicit count wins; a bad value is one InputError, and the CLI says so before any work."""
+    import os
+    import subprocess
+    import sys
+
+    from sago_fast.runtime.threads import default_threads
+
+    monkeypatch.setenv("SAGO_THREADS", "1")
+    one = sago_fast.load_model(checkpoints["llama"], cache_dir=cache_dir)
+    assert one.session.get_session_options().intra_op_num_threads == 1
+    explicit = sago_fast.load_model(
+        checkpoints["llama"], cache_dir=cache_dir, session_options=SessionOptions(intra_op_threads=2)
+    )
+    assert explicit.session.get_session_options().intra_op_num_threads == 2
+    ids = one.tokenize(PROMPTS)
+    np.testing.assert_allclose(
+        one.probe_ids(ids).next_logprobs, explicit.probe_ids(ids).next_logprobs, atol=1e-5, rtol=0
+    )
+    monkeypatch.setenv("SAGO_THREADS", "")
+    assert default_threads() == 0
+    for bad in ("two", "-1", "1.5"):
+        monkeypatch.setenv("SAGO_THREADS", bad)
+        with pytest.raises(InputError, match=r"\$SAGO_THREADS must be a whole number"):
+            default_threads()
+    done = subprocess.run(
+        [sys.executable, "-m", "sago_fast.cli.app", "status", "--db", str(tmp_path / "missing.duckdb")],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "SAGO_THREADS": "two"},
+    )
+    assert done.returncode == 2
+    assert done.stderr.strip() == (
+        "sago: error: $SAGO_THREADS must be a whole number of threads >= 0 (0: every core), not 'two'"
+    )
