@@ -27,8 +27,8 @@ CPU_EP = "CPUExecutionProvider"
 class SessionOptions:
     """Knobs for ``onnxruntime.InferenceSession``.
 
-    intra_op_threads: 0 (default): ``$SAGO_THREADS`` if set (:func:`~sago_fast.runtime.threads.default_threads`), else ORT's own choice,
-        every physical core.
+    intra_op_threads: 0 (default): ``$SAGO_THREADS`` if it is set
+        (:func:`~sago_fast.runtime.threads.default_threads`), else ORT's own choice, every physical core.
     optimization: "extended" (default: ORT's fusions for transformer blocks; on CPU the graph they make is
         kept beside the export and opened by later sessions, see :mod:`sago_fast.exporters.optimised_graph`),
         "all" (adds convolution layout transforms: ~0.6 s more per load for a 135M model, no faster here)

@@ -22,8 +22,12 @@ def default_threads() -> int:
     given = os.environ.get(THREADS_VARIABLE, "").strip()
     if not given:
         return 0
-    if not given.isdigit():
+    try:
+        threads = int(given)
+    except ValueError:
+        threads = -1
+    if threads < 0:
         raise InputError(
             f"${THREADS_VARIABLE} must be a whole number of threads >= 0 (0: every core), not {given!r}"
         )
-    return int(given)
+    return threads

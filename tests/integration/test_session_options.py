@@ -87,7 +87,7 @@ def test_sago_threads_sets_the_threads_of_sessions_that_leave_them_open(
     )
     monkeypatch.setenv("SAGO_THREADS", "")
     assert default_threads() == 0
-    for bad in ("two", "-1", "1.5"):
+    for bad in ("two", "-1", "1.5", "\u00b2"):
         monkeypatch.setenv("SAGO_THREADS", bad)
         with pytest.raises(InputError, match=r"\$SAGO_THREADS must be a whole number"):
             default_threads()
