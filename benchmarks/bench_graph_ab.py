@@ -36,6 +36,7 @@ import numpy as np
 from real_model import mmlu_sample
 
 from sago_fast.runtime.batching import left_pad
+from sago_fast.runtime.generate import continue_feeds, past_input_names, prefill_feeds
 from sago_fast.runtime.session import open_session
 
 NEW_TOKENS = 20  # the continued pass's new tokens a row
@@ -43,45 +44,35 @@ NEW_TOKENS = 20  # the continued pass's new tokens a row
 
 def mmlu_prompts(n: int) -> list[tuple[str, str]]:
     """(lm-eval's MMLU prompt, the four option texts joined) of ``n`` real items across subjects."""
-    folder = mmlu_sample(Path(tempfile.mkdtemp()) / "mmlu", n)
     prompts = []
-    for file in sorted(folder.glob("*_test.csv")):
-        subject = file.name.removesuffix("_test.csv").replace("_", " ")
-        with file.open(newline="", encoding="utf-8") as handle:
-            for question, *choices, _ in csv.reader(handle):
-                options = "".join(f"\n{label}. {text}" for label, text in zip("ABCD", choices, strict=True))
-                prompt = (
-                    f"The following are multiple choice questions (with answers) about {subject}.\n\n"
-                    f"{question.strip()}{options}\nAnswer:"
-                )
-                prompts.append((prompt, " " + " ".join(choices)))
+    with tempfile.TemporaryDirectory() as work:
+        folder = mmlu_sample(Path(work) / "mmlu", n)
+        for file in sorted(folder.glob("*_test.csv")):
+            subject = file.name.removesuffix("_test.csv").replace("_", " ")
+            with file.open(newline="", encoding="utf-8") as handle:
+                for question, *choices, _ in csv.reader(handle):
+                    options = "".join(
+                        f"\n{label}. {text}" for label, text in zip("ABCD", choices, strict=True)
+                    )
+                    prompt = (
+                        f"The following are multiple choice questions (with answers) about {subject}.\n\n"
+                        f"{question.strip()}{options}\nAnswer:"
+                    )
+                    prompts.append((prompt, " " + " ".join(choices)))
     return prompts[:n]
 
 
-def feeds_for(
-    session: Any, ids: np.ndarray, mask: np.ndarray, past: dict[str, np.ndarray], targets: int
-) -> dict:
-    """Every input of the unified graph: ``past`` (input name -> array) or an empty cache, the last
-    ``targets`` new tokens scored, no option segments."""
-    feeds: dict[str, np.ndarray] = {"input_ids": ids, "attention_mask": mask}
-    for node in session.get_inputs():
-        if node.name.startswith("past_key_values."):
-            empty = np.zeros((ids.shape[0], node.shape[1], 0, node.shape[3]), dtype=np.float32)
-            feeds[node.name] = past.get(node.name, empty)
-        elif node.name == "target_ids":
-            feeds[node.name] = np.ascontiguousarray(ids[:, ids.shape[1] - targets :])
-        elif node.name == "segment_ids":
-            feeds[node.name] = np.zeros_like(mask)
+def scored(feeds: dict[str, np.ndarray], targets: int) -> dict[str, np.ndarray]:
+    """``feeds`` with their last ``targets`` new tokens as the tokens scored (an option-block-like pass)."""
+    ids = feeds["input_ids"]
+    feeds["target_ids"] = np.ascontiguousarray(ids[:, ids.shape[1] - targets :])
     return feeds
 
 
 def cache_of(session: Any, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """The KV cache a pass leaves, keyed by the past input names it goes back in as."""
     names = [o.name for o in session.get_outputs() if o.name.startswith("present.")]
-    values = session.run(names, feeds)
-    return {
-        name.replace("present.", "past_key_values."): value for name, value in zip(names, values, strict=True)
-    }
+    return dict(zip(past_input_names(names), session.run(names, feeds), strict=True))
 
 
 def passes(session: Any, tokenizer: Any, prompts: list[tuple[str, str]]) -> dict[str, dict[str, np.ndarray]]:
@@ -90,7 +81,7 @@ def passes(session: Any, tokenizer: Any, prompts: list[tuple[str, str]]) -> dict
     encoded = [tokenizer.encode(prompt).ids for prompt, _ in prompts]
     options = [tokenizer.encode(text).ids[:NEW_TOKENS] for _, text in prompts]
     padded = {rows: left_pad(encoded[:rows], pad) for rows in (8, 16)}  # (ids, mask) of the first rows
-    prefills = {rows: feeds_for(session, ids, mask, {}, 0) for rows, (ids, mask) in padded.items()}
+    prefills = {rows: prefill_feeds(session, ids, mask) for rows, (ids, mask) in padded.items()}
     out = {
         f"prefill of {rows} prompts ({int(padded[rows][1].sum())} tokens)": feeds
         for rows, feeds in prefills.items()
@@ -99,11 +90,13 @@ def passes(session: Any, tokenizer: Any, prompts: list[tuple[str, str]]) -> dict
     new = np.array([row + [pad] * (NEW_TOKENS - len(row)) for row in options[:8]], dtype=np.int64)
     mask_new = np.concatenate([mask, np.ones_like(new)], axis=1)
     past = cache_of(session, prefills[8])
-    out[f"8 x {NEW_TOKENS} on their prompts' cache"] = feeds_for(session, new, mask_new, past, NEW_TOKENS - 1)
+    out[f"8 x {NEW_TOKENS} on their prompts' cache"] = scored(
+        continue_feeds(session, new, mask_new, past), NEW_TOKENS - 1
+    )
     ids, mask = padded[16]
     step = ids[:, -1:].copy()
     mask_step = np.concatenate([mask, np.ones_like(step)], axis=1)
-    out["decode step of 16 rows"] = feeds_for(session, step, mask_step, cache_of(session, prefills[16]), 0)
+    out["decode step of 16 rows"] = continue_feeds(session, step, mask_step, cache_of(session, prefills[16]))
     return out
 
 
