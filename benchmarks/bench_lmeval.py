@@ -11,7 +11,8 @@ instead), on this machine:
 Medians of --rounds, the processes alternating. It checks that the canonical log-likelihoods of both are
 equal (within 1e-4), and prints the ratio sago / lm-eval (target <= 1.5x), the tokens through the model per
 variant, and prefill tokens/s of the run beside ONNX Runtime's isolated figure (`sago bench`, 16 x 100
-tokens).
+tokens); then the ratio's floor on this machine: sago's tokens through the model against lm-eval's, at
+ONNX Runtime's best throughput and at numpy's float32 GEMM peak.
 
     python benchmarks/bench_lmeval.py --items 100 --rounds 3
 """
@@ -239,6 +240,62 @@ def ort_bench(folder: Path, cache: Path, work: Path, env: dict[str, str]) -> flo
     return float(probe["engines"]["sago"]["tokens_per_s"])
 
 
+def layer_gflop_per_token(folder: Path) -> float:
+    """GFLOP of one token's matrix products in a Llama-style model's layers: 2 x the weights of its
+    attention and MLP projections (grouped-query K/V), the output matrix left out."""
+    config = json.loads((folder / "config.json").read_text())
+    d, ff, heads = config["hidden_size"], config["intermediate_size"], config["num_attention_heads"]
+    kv = config.get("num_key_value_heads", heads) * config.get("head_dim", d // heads)
+    return 2.0 * config["num_hidden_layers"] * (2 * d * d + 2 * d * kv + 3 * d * ff) / 1e9
+
+
+def gemm_gflops(folder: Path, tokens: int = 1600, repeats: int = 20) -> float:
+    """numpy's float32 GEMM on this machine at the model's MLP shape, (tokens, hidden) @ (hidden,
+    intermediate): the median of ``repeats`` products, GFLOP/s. What any engine's linear layers can reach."""
+    config = json.loads((folder / "config.json").read_text())
+    d, ff = config["hidden_size"], config["intermediate_size"]
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((tokens, d), dtype=np.float32)
+    b = rng.standard_normal((d, ff), dtype=np.float32)
+    a @ b  # the BLAS threads started
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        a @ b
+        times.append(time.perf_counter() - start)
+    return 2.0 * tokens * d * ff / statistics.median(times) / 1e9
+
+
+def lmeval_tokens(rows: list[dict], folder: Path) -> int:
+    """Tokens lm-eval's ``hf`` model puts through the model for ``rows`` (unpadded): each request's
+    context + " " + option, less its last token, once per option."""
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    texts = [r["prompt"] + " " + option for r in rows for option in r["options"]]
+    return sum(len(e.ids) - 1 for e in tokenizer.encode_batch(texts, add_special_tokens=False))
+
+
+def floor_lines(
+    med_sago: float, med_lmeval: float, run: Answering, isolated: float, lmeval_through: int, folder: Path
+) -> list[str]:
+    """What the ratio could be on this machine at best: sago's time outside the answering kept, every token
+    the answering puts through the model at ONNX Runtime's best throughput (``isolated``), then at numpy's
+    float32 GEMM peak for its layers' matrix products alone."""
+    rest = max(med_sago - run.seconds, 0.0)  # start-up, rendering, axes, writes (the run's chunks aside)
+    gflop, gemm = layer_gflop_per_token(folder), gemm_gflops(folder)
+    at_ort = rest + run.through / isolated
+    at_gemm = rest + run.through * gflop / gemm
+    return [
+        f"  tokens through the model: sago {run.through:,} (the answering below), lm-eval {lmeval_through:,}"
+        f" (each request's context + option, unpadded): {run.through / lmeval_through:.2f}x",
+        f"  the ratio's floor on this machine, sago's {rest:.1f} s outside the answering kept: every token at"
+        f" ONNX Runtime's best {isolated:.0f} tokens/s {at_ort:.1f} s = {at_ort / med_lmeval:.2f}x; every"
+        f" token's layers ({gflop:.3f} GFLOP) at numpy's float32 GEMM ({gemm:.0f} GFLOP/s) {at_gemm:.1f} s ="
+        f" {at_gemm / med_lmeval:.2f}x",
+    ]
+
+
 def write_task(work: Path, rows: list[dict]) -> Path:
     """An lm-eval task folder (YAML + JSONL docs) over sago's canonical prompts."""
     folder = work / "lm_eval_task"
@@ -340,6 +397,7 @@ def main() -> None:
         _, stats = store.query("SELECT count(*), sum(n_prompt_tokens) FROM outputs")
     n_outputs, prompt_tokens = stats[0]
     isolated = ort_bench(folder, cache, work, env)
+    run = answering(folder, data, cache)
     med_sago, med_lmeval = statistics.median(sago_s), statistics.median(lmeval_s)
     print(
         f"SmolLM2-135M-Instruct fp32 on CPU ({os.cpu_count()} cores), {args.items} "
@@ -355,7 +413,9 @@ def main() -> None:
         f"{prompt_tokens / med_sago:.0f} (every pass, start-up included) vs ONNX Runtime alone "
         f"{isolated:.0f} tokens/s (sago bench, 16 x 100 tokens)"
     )
-    for line in answering(folder, data, cache).report(isolated):
+    for line in run.report(isolated):
+        print(line)
+    for line in floor_lines(med_sago, med_lmeval, run, isolated, lmeval_tokens(rows, folder), folder):
         print(line)
     shares, tree = shared_prefixes(db, folder)
     print("  prompt tokens a rendering shares as a prefix with its canonical prompt, per family:")
