@@ -249,21 +249,33 @@ def layer_gflop_per_token(folder: Path) -> float:
     return 2.0 * config["num_hidden_layers"] * (2 * d * d + 2 * d * kv + 3 * d * ff) / 1e9
 
 
-def gemm_gflops(folder: Path, tokens: int = 1600, repeats: int = 20) -> float:
+GEMM = """
+import statistics, sys, time
+import numpy as np
+tokens, d, ff, repeats = map(int, sys.argv[1:])
+rng = np.random.default_rng(0)
+a = rng.standard_normal((tokens, d), dtype=np.float32)
+b = rng.standard_normal((d, ff), dtype=np.float32)
+a @ b
+times = []
+for _ in range(repeats):
+    start = time.perf_counter()
+    a @ b
+    times.append(time.perf_counter() - start)
+print(2.0 * tokens * d * ff / statistics.median(times) / 1e9)
+"""
+
+
+def gemm_gflops(folder: Path, tokens: int = 1600, repeats: int = 30) -> float:
     """numpy's float32 GEMM on this machine at the model's MLP shape, (tokens, hidden) @ (hidden,
-    intermediate): the median of ``repeats`` products, GFLOP/s. What any engine's linear layers can reach."""
+    intermediate): the median of ``repeats`` products in a fresh process (no other thread pool started
+    beside BLAS's), GFLOP/s. What any engine's linear layers can reach."""
     config = json.loads((folder / "config.json").read_text())
-    d, ff = config["hidden_size"], config["intermediate_size"]
-    rng = np.random.default_rng(0)
-    a = rng.standard_normal((tokens, d), dtype=np.float32)
-    b = rng.standard_normal((d, ff), dtype=np.float32)
-    a @ b  # the BLAS threads started
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        a @ b
-        times.append(time.perf_counter() - start)
-    return 2.0 * tokens * d * ff / statistics.median(times) / 1e9
+    shape = [tokens, config["hidden_size"], config["intermediate_size"], repeats]
+    done = subprocess.run(
+        [sys.executable, "-c", GEMM, *map(str, shape)], check=True, capture_output=True, text=True
+    )
+    return float(done.stdout)
 
 
 def lmeval_tokens(rows: list[dict], folder: Path) -> int:
