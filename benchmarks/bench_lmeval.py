@@ -38,9 +38,12 @@ from bench_memory import mmlu_like
 from real_model import mmlu_sample, offline_workdir, smollm2_gguf, timed
 
 
-def sago_command(folder: Path, data: Path, db: Path, cache: Path) -> list[str]:
+def sago_command(
+    folder: Path, data: Path, db: Path, cache: Path, families: tuple[str, ...] | None = None
+) -> list[str]:
     command = [sys.executable, "-m", "sago_fast.cli.app", "run", "-m", str(folder), "-d", f"mmlu:{data}"]
-    return [*command, "-k", "1", "--no-stats", "--db", str(db), "--cache-dir", str(cache)]
+    chosen = [part for family in families or () for part in ("-F", family)]
+    return [*command, *chosen, "-k", "1", "--no-stats", "--db", str(db), "--cache-dir", str(cache)]
 
 
 def canonical_rows(db: Path) -> list[dict]:
@@ -181,8 +184,9 @@ class Answering:
         ]
 
 
-def answering(folder: Path, data: Path, cache: Path) -> Answering:
-    """:class:`Answering` of the run on ``data`` (its plan, one variant per family, every item)."""
+def answering(folder: Path, data: Path, cache: Path, families: tuple[str, ...] | None = None) -> Answering:
+    """:class:`Answering` of the run on ``data`` (its plan, one variant per family of ``families``, None:
+    every family, every item)."""
     import sago_fast
     from sago_fast.run.config import RunConfig
     from sago_fast.run.plan import plan_run
@@ -193,6 +197,7 @@ def answering(folder: Path, data: Path, cache: Path) -> Answering:
         datasets=(f"mmlu:{data}",),
         db=Path("unused.duckdb"),  # nothing is written: plan and answer only
         variants_per_family=1,
+        families=families,
         cache_dir=cache,
     )
     plan = plan_run(config)
@@ -368,11 +373,17 @@ def main() -> None:
     parser.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "sago-bench-lmeval")
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument(
+        "--families",
+        default=None,
+        help="sago's families, comma-separated (default: every family; the canonical rendering always runs)",
+    )
+    parser.add_argument(
         "--answering-only",
         action="store_true",
         help="only the in-process answering: tokens through the model, in-run against replayed tokens/s",
     )
     args = parser.parse_args()
+    families = tuple(f.strip() for f in args.families.split(",") if f.strip()) if args.families else None
     gguf = smollm2_gguf()
     from sago_fast.checkpoints.resolve import resolve_checkpoint
     from sago_fast.store import Store
@@ -387,19 +398,21 @@ def main() -> None:
         data = mmlu_sample(work / f"mmlu-{args.items}", args.items)
     if args.answering_only:
         isolated = ort_bench(folder, cache, work, env)
-        for line in answering(folder, data, cache).report(isolated):
+        for line in answering(folder, data, cache, families).report(isolated):
             print(line)
         return
     warm = work / "warm.duckdb"
     if warm.exists():
         warm.unlink()
-    timed(sago_command(folder, data, warm, cache), env)  # export, content hashes and Numba cache, once
+    timed(
+        sago_command(folder, data, warm, cache, families), env
+    )  # export, content hashes and Numba cache, once
     rows = canonical_rows(warm)
     task_dir = write_task(work, rows)
     sago_s, lmeval_s = [], []
     for r in range(args.rounds):
         db = work / f"sago-{r}-{time.time_ns()}.duckdb"
-        sago_s.append(timed(sago_command(folder, data, db, cache), env))
+        sago_s.append(timed(sago_command(folder, data, db, cache, families), env))
         out = work / f"lmeval-{r}-{time.time_ns()}"
         lmeval_s.append(timed(lmeval_command(folder, task_dir, out), env))
     theirs = lmeval_logliks(out)
@@ -409,7 +422,7 @@ def main() -> None:
         _, stats = store.query("SELECT count(*), sum(n_prompt_tokens) FROM outputs")
     n_outputs, prompt_tokens = stats[0]
     isolated = ort_bench(folder, cache, work, env)
-    run = answering(folder, data, cache)
+    run = answering(folder, data, cache, families)
     med_sago, med_lmeval = statistics.median(sago_s), statistics.median(lmeval_s)
     print(
         f"SmolLM2-135M-Instruct fp32 on CPU ({os.cpu_count()} cores), {args.items} "
@@ -417,7 +430,8 @@ def main() -> None:
         f"medians of {args.rounds} whole processes"
     )
     print(f"  lm-eval, canonical prompts only ({len(rows)} requests x 4 options): {med_lmeval:6.1f} s")
-    print(f"  sago run, every family, k=1 ({n_outputs} outputs incl. replicates, 4 axes): {med_sago:6.1f} s")
+    which = f"families {','.join(families)}" if families else "every family"
+    print(f"  sago run, {which}, k=1 ({n_outputs} outputs incl. replicates, 4 axes): {med_sago:6.1f} s")
     print(f"  ratio sago / lm-eval: {med_sago / med_lmeval:.2f}x (target <= 1.5x)")
     print(f"  canonical cloze log-likelihoods, max |sago - lm-eval|: {gap:.2e} (must be <= 1e-4)")
     print(
