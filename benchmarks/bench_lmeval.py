@@ -404,9 +404,8 @@ def main() -> None:
     warm = work / "warm.duckdb"
     if warm.exists():
         warm.unlink()
-    timed(
-        sago_command(folder, data, warm, cache, families), env
-    )  # export, content hashes and Numba cache, once
+    # once untimed: the export, content hashes and Numba's cache
+    timed(sago_command(folder, data, warm, cache, families), env)
     rows = canonical_rows(warm)
     task_dir = write_task(work, rows)
     sago_s, lmeval_s = [], []
