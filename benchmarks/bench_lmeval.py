@@ -299,14 +299,17 @@ def floor_lines(
     """What the ratio could be on this machine at best: sago's time outside the answering kept, every token
     the answering puts through the model at ONNX Runtime's best throughput (``isolated``), then at numpy's
     float32 GEMM peak for its layers' matrix products alone."""
-    rest = max(med_sago - run.seconds, 0.0)  # start-up, rendering, axes, writes (the run's chunks aside)
+    # start-up, rendering, axes, writes (the run's chunks aside); 0 when the machine drifted so far that the
+    # in-process answering took longer than the whole command: the floors then count the answering alone
+    rest = max(med_sago - run.seconds, 0.0)
     gflop, gemm = layer_gflop_per_token(folder), gemm_gflops(folder)
     at_ort = rest + run.through / isolated
     at_gemm = rest + run.through * gflop / gemm
     return [
         f"  tokens through the model: sago {run.through:,} (the answering below), lm-eval {lmeval_through:,}"
         f" (each request's context + option, unpadded): {run.through / lmeval_through:.2f}x",
-        f"  the ratio's floor on this machine, sago's {rest:.1f} s outside the answering kept: every token at"
+        f"  the ratio's floor on this machine, sago's {rest:.1f} s outside the answering kept"
+        f"{' (none measurable: the machine drifted)' if rest == 0 else ''}: every token at"
         f" ONNX Runtime's best {isolated:.0f} tokens/s {at_ort:.1f} s = {at_ort / med_lmeval:.2f}x; every"
         f" token's layers ({gflop:.3f} GFLOP) at numpy's float32 GEMM ({gemm:.0f} GFLOP/s) {at_gemm:.1f} s ="
         f" {at_gemm / med_lmeval:.2f}x",
