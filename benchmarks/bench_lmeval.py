@@ -284,13 +284,20 @@ def gemm_gflops(folder: Path, tokens: int = 1600, repeats: int = 30) -> float:
 
 
 def lmeval_tokens(rows: list[dict], folder: Path) -> int:
-    """Tokens lm-eval's ``hf`` model puts through the model for ``rows`` (unpadded): each request's
-    context + " " + option, less its last token, once per option."""
-    from tokenizers import Tokenizer
+    """Tokens lm-eval's ``hf`` model puts through the model for ``rows`` (unpadded), as it counts them: the
+    context and " " + option encoded apart with the model's tokenizer (no special tokens), the last token
+    left out, once per option."""
+    from transformers import AutoTokenizer
 
-    tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
-    texts = [r["prompt"] + " " + option for r in rows for option in r["options"]]
-    return sum(len(e.ids) - 1 for e in tokenizer.encode_batch(texts, add_special_tokens=False))
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    contexts = tokenizer([r["prompt"] for r in rows], add_special_tokens=False)["input_ids"]
+    options = [" " + option for r in rows for option in r["options"]]
+    continuations = iter(tokenizer(options, add_special_tokens=False)["input_ids"])
+    return sum(
+        len(context) + len(next(continuations)) - 1
+        for context, r in zip(contexts, rows, strict=True)
+        for _ in r["options"]
+    )
 
 
 def floor_lines(
