@@ -75,16 +75,17 @@ def test_sago_threads_sets_the_threads_of_sessions_that_leave_them_open(
     from sago_fast.runtime.threads import default_threads
 
     monkeypatch.setenv("SAGO_THREADS", "1")
-    one = sago_fast.load_model(checkpoints["llama"], cache_dir=cache_dir)
-    assert one.session.get_session_options().intra_op_num_threads == 1
-    explicit = sago_fast.load_model(
-        checkpoints["llama"], cache_dir=cache_dir, session_options=SessionOptions(intra_op_threads=2)
-    )
-    assert explicit.session.get_session_options().intra_op_num_threads == 2
-    ids = one.tokenize(PROMPTS)
-    np.testing.assert_allclose(
-        one.probe_ids(ids).next_logprobs, explicit.probe_ids(ids).next_logprobs, atol=1e-5, rtol=0
-    )
+    two = SessionOptions(intra_op_threads=2)
+    with (
+        sago_fast.load_model(checkpoints["llama"], cache_dir=cache_dir) as one,
+        sago_fast.load_model(checkpoints["llama"], cache_dir=cache_dir, session_options=two) as explicit,
+    ):
+        assert one.session.get_session_options().intra_op_num_threads == 1
+        assert explicit.session.get_session_options().intra_op_num_threads == 2
+        ids = one.tokenize(PROMPTS)
+        np.testing.assert_allclose(
+            one.probe_ids(ids).next_logprobs, explicit.probe_ids(ids).next_logprobs, atol=1e-5, rtol=0
+        )
     monkeypatch.setenv("SAGO_THREADS", "")
     assert default_threads() == 0
     for bad in ("two", "-1", "1.5", "\u00b2"):
