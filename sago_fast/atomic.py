@@ -21,6 +21,11 @@ def _process_umask() -> int:
 _UMASK = _process_umask()
 
 
+def usual_mode(path: Path) -> None:
+    """Give the file ``path`` the permissions a new file of this process gets (0666 less the umask)."""
+    path.chmod(0o666 & ~_UMASK)
+
+
 @contextmanager
 def atomic_path(target: str | os.PathLike[str]) -> Iterator[Path]:
     """Yield a temporary path beside ``target``; on success it replaces ``target``, on error it is removed."""
@@ -29,7 +34,7 @@ def atomic_path(target: str | os.PathLike[str]) -> Iterator[Path]:
     fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     os.close(fd)
     tmp = Path(name)
-    tmp.chmod(0o666 & ~_UMASK)  # mkstemp creates 0600; the result should get the usual permissions
+    usual_mode(tmp)  # mkstemp creates 0600; the result should get the usual permissions
     try:
         yield tmp
         os.replace(tmp, target)

@@ -27,6 +27,10 @@ class StoreError(SagoError):
     """The results database cannot be opened, is locked, or has an unknown schema."""
 
 
+class OutdatedSchemaError(StoreError):
+    """A results file opened read-only has an older schema: opening it read-write once migrates it."""
+
+
 class DiskFullError(StoreError):
     """A write ran out of disk space (or hit the file size limit); the unit being written was rolled back."""
 

@@ -46,9 +46,9 @@ def root(
         level=logging.DEBUG if debug else logging.INFO if verbose else logging.WARNING,
         format="%(levelname)s %(name)s: %(message)s",
     )
-    from sago_fast.runtime.threads import default_threads
+    from sago_fast.runtime.threads import check_threads
 
-    default_threads()  # a bad $SAGO_THREADS is one line before any work
+    check_threads()  # a bad $SAGO_THREADS is one line before any work
 
 
 def main() -> None:

@@ -26,6 +26,11 @@ def merge_command(
     if missing:
         raise InputError(f"no such shard folder: {', '.join(missing)}")
     result = merge_shards(shards, db)
+    if not (result.merged or result.already or result.damaged):
+        raise InputError(
+            f"no unit folders under {', '.join(map(str, shards))} (each holds a manifest.json; they are "
+            "written under the --shard-dir of `sago run --shard i/N`); nothing merged"
+        )
     typer.echo(
         f"merged {len(result.merged)} units, {len(result.already)} already in {db}, {len(result.damaged)} damaged"
     )

@@ -84,8 +84,9 @@ def _print_prompts_cut(db: Path, run_id: str) -> None:
         cut = RunReads(store, run_id).prompts_cut()
     if cut["n"]:
         typer.echo(
-            f"{cut['n']} outputs read a prompt cut from the left to fit the model (lm-eval's rule; up to "
-            f"{cut['most']} tokens); see outputs.prompt_tokens_cut"
+            f"{cut['n']} outputs rows ({cut['replicates']} of them the replicate pass's) read a prompt cut from "
+            f"the left to fit the model (lm-eval's rule; up to {cut['most']} tokens); see "
+            "outputs.prompt_tokens_cut"
         )
 
 

@@ -42,7 +42,9 @@ def describe_run(run, all_units: bool = False) -> list[str]:  # type: ignore[no-
         how = "working" if w.alive else f"{w.state}" if w.state != "working" else f"dead ({w.dead_because})"
         lines.append(f"  process PID {w.pid} on {w.host}: {how}{beat}: {w.command[:100]}")
     counts = ", ".join(
-        f"{run.count(s)} {s}" for s in ("done", "stopped", "claimed", "waiting", "failed") if run.count(s)
+        f"{run.count(s)} {s}"
+        for s in ("done", "stopped", "claimed", "waiting", "failed", "not merged")
+        if run.count(s)
     )
     lines.append(f"  units: {len(run.units)} ({counts or 'none planned'})")
     eta = "" if run.eta_s is None else f"; about {_duration(run.eta_s)} left"

@@ -253,10 +253,13 @@ def mmlu_rows(path: Path) -> Iterator[tuple[str, str, Mapping[str, Any]]]:
         raise InputError(f"{path}: no MMLU .csv files in this folder")
     for file in files:
         subject = file.stem.removesuffix("_test").removesuffix("_dev").removesuffix("_val")
-        with file.open(newline="", encoding="utf-8") as handle:
-            for line, row in enumerate(csv.reader(handle), start=1):
-                if row:
-                    yield f"{file}:{line}", f"{subject}/{line}", {"row": row}
+        try:
+            with file.open(newline="", encoding="utf-8") as handle:
+                for line, row in enumerate(csv.reader(handle), start=1):
+                    if row:
+                        yield f"{file}:{line}", f"{subject}/{line}", {"row": row}
+        except UnicodeDecodeError as exc:
+            raise InputError(f"{file}: not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
 
 
 def piqa_labels(path: Path) -> list[str]:

@@ -30,6 +30,23 @@ def _file_hash(path: Path) -> str:
 def load_dataset(
     name_or_path: str, *, fields: FieldMap = FieldMap(), limit: int | None = None, seed: int = 0
 ) -> Dataset:
+    """:func:`read_dataset`, with a warning when some examples list the same option twice."""
+    dataset = read_dataset(name_or_path, fields=fields, limit=limit, seed=seed)
+    repeated = [e.example_id for e in dataset.examples if len(set(e.options)) < len(e.options)]
+    if repeated:
+        log.warning(
+            "%s: %d example(s) list the same option twice (first: %s): the copies score the same and a tie "
+            "goes to the first, so a gold answer that is a later copy is never chosen",
+            dataset.source,
+            len(repeated),
+            repeated[0],
+        )
+    return dataset
+
+
+def read_dataset(
+    name_or_path: str, *, fields: FieldMap = FieldMap(), limit: int | None = None, seed: int = 0
+) -> Dataset:
     """A built-in suite (``arithmetic``, ``capitals``, ``comparison``, ``letters``), a data file or folder
     (SPEC schema, or a published format detected from its shape or named by a prefix: ``mmlu:path``), or
     a Hugging Face hub dataset ``hf:ORG/NAME[:CONFIG][:SPLIT]``, or an lm-evaluation-harness task YAML
@@ -89,10 +106,13 @@ def _spec_shaped(record: Any, fields: FieldMap) -> bool:
 
 
 def looks_like_mmlu(path: Path) -> bool:
-    """A CSV (or a folder of them) whose first row is 6 cells ending in an answer letter, no header."""
+    """A CSV whose first row is 6 cells ending in an answer letter, no header; or a folder of CSV files
+    that is not a save_to_disk folder (MMLU's layout: its reader then names a malformed file's line)."""
     files = sorted(path.glob("*.csv")) if path.is_dir() else [path] if path.suffix.lower() == ".csv" else []
     if not files or (path.is_dir() and (path / "state.json").is_file()):
         return False
+    if path.is_dir():
+        return not (path / "dataset_dict.json").is_file()
     with files[0].open(newline="", encoding="utf-8", errors="replace") as handle:
         row = next(csv.reader(handle), [])
     return len(row) == 6 and row[-1].strip() in ("A", "B", "C", "D")

@@ -24,7 +24,7 @@ from typing import Any
 
 from filelock import FileLock
 
-from sago_fast.atomic import atomic_path
+from sago_fast.atomic import atomic_path, usual_mode
 from sago_fast.checkpoints.resolve import Checkpoint
 from sago_fast.errors import ExportError
 from sago_fast.exporters.export import (
@@ -83,15 +83,17 @@ class ExportedModel:
         return self.manifest.get("graph_from") is not None
 
 
-def _read_entry(path: Path) -> dict[str, Any] | None:
-    """The manifest of a complete, undamaged entry; None otherwise (a damaged one is logged)."""
-    manifest = _read_manifest(path)
+def _read_entry(path: Path, say: bool = True) -> dict[str, Any] | None:
+    """The manifest of a complete, undamaged entry; None otherwise (a damaged one is logged when ``say``:
+    one look of the several a command takes at an entry says it, so it is said once)."""
+    warn = log.warning if say else log.debug
+    manifest = _read_manifest(path, warn)
     if manifest is None or not (path / manifest["files"]["model"]).is_file():
         return None
     for name, size in manifest.get("file_bytes", {}).items():
         actual = (path / name).stat().st_size if (path / name).is_file() else -1
         if actual != size:
-            log.warning(
+            warn(
                 "export cache entry %s: %s has %d bytes, its manifest says %d (damaged); exporting again",
                 path,
                 name,
@@ -101,7 +103,7 @@ def _read_entry(path: Path) -> dict[str, Any] | None:
             return None
     for name, mtime in manifest.get("linked", {}).items():  # the checkpoint's own file, changed in place?
         if (path / name).stat().st_mtime_ns != mtime:
-            log.warning(
+            warn(
                 "export cache entry %s: %s (a link to the checkpoint's file) changed after it was cached; "
                 "re-weighting again",
                 path,
@@ -111,13 +113,13 @@ def _read_entry(path: Path) -> dict[str, Any] | None:
     return manifest
 
 
-def _finished(path: Path) -> ExportedModel | None:
+def _finished(path: Path, say: bool = True) -> ExportedModel | None:
     """The complete entry at ``path`` (reused), or None."""
-    manifest = _read_entry(path)
+    manifest = _read_entry(path, say)
     return None if manifest is None else ExportedModel(path, manifest, reused=True)
 
 
-def _read_manifest(path: Path) -> dict[str, Any] | None:
+def _read_manifest(path: Path, warn: Any = log.warning) -> dict[str, Any] | None:
     """An entry's manifest; None when it has none, or an unreadable one (logged)."""
     manifest_file = path / MANIFEST_FILE
     if not manifest_file.is_file():
@@ -125,7 +127,7 @@ def _read_manifest(path: Path) -> dict[str, Any] | None:
     try:
         return json.loads(manifest_file.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError):
-        log.warning("export cache entry %s: unreadable manifest; exporting again", path)
+        warn("export cache entry %s: unreadable manifest; exporting again", path)
         return None
 
 
@@ -141,8 +143,9 @@ class ExportCache:
     def lookup(
         self, checkpoint: Checkpoint, settings: ExportSettings = ExportSettings()
     ) -> ExportedModel | None:
-        """The finished entry of ``checkpoint``, or None (nothing is exported)."""
-        return _finished(self.entry_path(export_key(checkpoint, settings)))
+        """The finished entry of ``checkpoint``, or None (nothing is exported; a damaged entry is said
+        when :meth:`get_or_export` meets it)."""
+        return _finished(self.entry_path(export_key(checkpoint, settings)), say=False)
 
     def get_or_export(
         self, checkpoint: Checkpoint, settings: ExportSettings = ExportSettings(), *, reweight: bool = True
@@ -161,7 +164,7 @@ class ExportCache:
             return found
         self.root.mkdir(parents=True, exist_ok=True)
         with FileLock(str(self.root / f"{key}.lock")):
-            found = _finished(final)  # another process may have finished while we waited
+            found = _finished(final, say=False)  # another process may have finished while we waited
             if found is not None:
                 return found
             signature = graph_signature(checkpoint, settings, FORMAT_VERSION, versions_of(KEYED_PACKAGES))
@@ -191,7 +194,7 @@ class ExportCache:
         if not index.is_file():
             return None
         key = index.read_text(encoding="utf-8").strip()
-        manifest = _read_entry(self.entry_path(key))
+        manifest = _read_entry(self.entry_path(key), say=False)
         if manifest is None or manifest.get("graph_from") is not None or not manifest.get("reweight"):
             return None
         return key, manifest
@@ -244,6 +247,8 @@ def copy_export(exported: ExportedModel, out_dir: Path) -> Path:
         for item in exported.path.iterdir():  # a re-weighted entry is self-contained too
             if not is_session_cache(item):  # ONNX Runtime's, for this machine's sessions
                 shutil.copy2(item, tmp / item.name)
+                if (tmp / item.name).is_file():  # the exporter writes some files 0600: a copy gets the usual
+                    usual_mode(tmp / item.name)
         if out_dir.exists():
             if not (out_dir / MANIFEST_FILE).is_file() and any(out_dir.iterdir()):
                 raise ExportError(f"{out_dir}: exists and is not a sago export; refusing to overwrite")

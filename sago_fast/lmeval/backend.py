@@ -82,6 +82,19 @@ def engine_device(device: str | None) -> str:
     return "cuda" if ok else "cpu"
 
 
+def say_cut(n_cut: int, n_requests: int, max_length: int) -> None:
+    """One warning when requests were longer than the model and cut from the left (lm-eval's rule, as
+    ``sago run`` cuts prompts and says so)."""
+    if n_cut:
+        log.warning(
+            "%d of %d requests are longer than the model's %d positions: each is cut from the left of its "
+            "context, as lm-eval's hf backend cuts it",
+            n_cut,
+            n_requests,
+            max_length,
+        )
+
+
 class SagoLM(TemplateLM):
     """lm-eval's ``LM`` on a sago model (one checkpoint; see the module docstring for the arguments).
 
@@ -122,10 +135,9 @@ class SagoLM(TemplateLM):
                 "device, dtype, batch_size, cache_dir, max_length, add_bos_token, prefix_token_id, "
                 "sago_db, token_budget, allow_pickle)"
             )
-        if sago_db:  # before any export or load, as every output path is
-            from sago_fast.atomic import check_writable
+        from sago_fast.lmeval.each import preflight
 
-            check_writable(sago_db, what="model_args sago_db")
+        preflight(cache_dir, sago_db, batch_size)  # before any export or load
         device = engine_device(device)
         checkpoint = resolve_checkpoint(str(pretrained), base=base, allow_pickle=bool(allow_pickle))
         caps: dict[str, int] = {}  # what the user set of the device's batch policy
@@ -222,6 +234,11 @@ class SagoLM(TemplateLM):
         """(log-likelihood, is_greedy) of each (key, context ids, continuation ids), one prefill per
         distinct context; is_greedy is read from the same passes (the arg-max at every position)."""
         groups = group_pairs([(ctx, cont) for _, ctx, cont in requests], self.max_length)
+        say_cut(
+            sum(len(ctx) + len(cont) > self.max_length + 1 for _, ctx, cont in requests),
+            len(requests),
+            self.max_length,
+        )
         loglik = np.zeros(len(requests), dtype=np.float64)
         greedy = np.zeros(len(requests), dtype=bool)
         bar = tqdm(total=len(requests), desc="sago loglikelihood", disable=disable_tqdm, unit="request")

@@ -33,8 +33,12 @@ def reused_per_command() -> Iterator[None]:
     """While open, what lm-eval builds for every run is built once for the command's many checkpoints:
     its task index (:func:`sago_fast.lmeval.task_index.task_index_reused`; the index of lm-eval's own tasks
     also kept across commands, per lm-eval version) and its environment report
-    (:func:`sago_fast.lmeval.environment.environment_report_reused`)."""
-    with task_index_reused(), environment_report_reused():
+    (:func:`sago_fast.lmeval.environment.environment_report_reused`). A task's relative ``data_files``
+    are found beside its YAML, as ``sago run -d lmeval:`` finds them
+    (:func:`sago_fast.lmeval.tasks.data_files_found_beside_yaml`)."""
+    from sago_fast.lmeval.tasks import data_files_found_beside_yaml
+
+    with task_index_reused(), environment_report_reused(), data_files_found_beside_yaml():
         yield
 
 
@@ -89,21 +93,44 @@ def lmeval_argvs(argv: Sequence[str]) -> list[tuple[str, list[str]]]:
     if found is None:
         raise InputError(f"{MODEL_ARGS} pretrained=PATH is required (the checkpoint to evaluate)")
     pretrained, rest = split_model_args(found[1])
-    device = re.search(r"(?:^|,)device=([^,]*)", rest)
-    if device is not None:  # lm-eval passes --device (default cuda:0) beside model_args: one of them
-        rest = (rest[: device.start()] + rest[device.end() :]).strip(",")
-        if _option(argv, "--device") is None:
-            argv = [*argv, "--device", device.group(1)]
+    for name in ("device", "batch_size"):  # lm-eval passes --NAME beside model_args: one of the two
+        given = re.search(rf"(?:^|,){name}=([^,]*)", rest)
+        if given is None:
+            continue
+        rest = (rest[: given.start()] + rest[given.end() :]).strip(",")
+        flag = _option(argv, f"--{name}")
+        if flag is not None and flag[1] != given.group(1):
+            raise InputError(
+                f"{MODEL_ARGS} {name}={given.group(1)} and --{name} {flag[1]} disagree: give one of them"
+            )
+        if flag is None:
+            argv = [*argv, f"--{name}", given.group(1)]
     model = _option(argv, "--model")
     if model is not None and model[1] in MODEL_NAMES:
         if _option(argv, "--device") is None:
             argv = [*argv, "--device", "auto"]  # not lm-eval's default cuda:0: CUDA where it runs, quietly
-        if _option(argv, "--batch_size") is None and not re.search(r"(?:^|,)batch_size=", rest):
+        batch = _option(argv, "--batch_size")
+        if batch is None:
             argv = [*argv, "--batch_size", "auto"]  # sago's token budget, not lm-eval's default of 1
+        else:
+            check_batch_size(batch[1])
     return [
         (c, _set_option(argv, MODEL_ARGS, ",".join(a for a in (f"pretrained={c}", rest) if a)))
         for c in checkpoints_of(pretrained)
     ]
+
+
+BATCH_SIZE = re.compile(r"auto(:\d+)?|[1-9]\d*")
+
+
+def check_batch_size(value: str) -> None:
+    """lm-eval's batch size for the sago backend: a whole number >= 1 (prompts per ORT call at most),
+    ``auto`` or ``auto:N`` (sago's token budget); InputError (one line) before any work otherwise."""
+    if not BATCH_SIZE.fullmatch(value.strip()):
+        raise InputError(
+            f"--batch_size {value!r}: the sago backend takes a whole number >= 1 (prompts per call at most), "
+            "auto or auto:N (its own token budget)"
+        )
 
 
 LIGHT_ARGS = {"device", "dtype", "batch_size", "cache_dir", "max_length", "add_bos_token", "prefix_token_id"}
@@ -148,6 +175,32 @@ def start_light_if_cached(runs: Sequence[tuple[str, list[str]]]) -> bool:
     return start_without_torch_if_exported(checkpoints, device_of_all, cache_dir)
 
 
+def preflight(cache_dir: str | None, sago_db: str | None, batch_size: int | str | None) -> None:
+    """What ``sago run`` checks before any work, for the backend's arguments: the export cache can be
+    written, ``sago_db`` is a results file sago may write (not a foreign database), and the batch size
+    is one the backend takes (one line naming the argument)."""
+    from sago_fast.paths import check_cache_writable
+    from sago_fast.store.store import check_results_file
+
+    check_cache_writable(cache_dir, flag="model_args cache_dir")
+    if sago_db:
+        check_results_file(sago_db, "model_args sago_db")
+    if batch_size is not None:
+        check_batch_size(str(batch_size))
+
+
+def check_before_work(argv: Sequence[str]) -> None:
+    """For the sago backend, before lm-eval is even imported: what the backend checks when lm-eval builds
+    it (:func:`preflight`), so a bad cache, results file or batch size is one
+    line at once rather than after lm-eval's start."""
+    model, model_args = _option(list(argv), "--model"), _option(list(argv), MODEL_ARGS)
+    if model is None or model[1] not in MODEL_NAMES or model_args is None:
+        return
+    args = dict(a.split("=", 1) for a in split_model_args(model_args[1])[1].split(",") if "=" in a)
+    batch = _option(list(argv), "--batch_size")
+    preflight(args.get("cache_dir"), args.get("sago_db"), batch[1] if batch else None)
+
+
 def run_lmeval_cli(argv: Sequence[str]) -> None:
     """``lm_eval run ARGV`` in this process for each checkpoint ``--model_args pretrained=`` names, with
     the sago backend registered."""
@@ -158,6 +211,8 @@ def run_lmeval_cli(argv: Sequence[str]) -> None:
     except ImportError:
         raise InputError("lm-eval is not installed: pip install 'sago_fast[lmeval]'") from None
     runs = [("", ["-h"])] if "-h" in argv else lmeval_argvs(argv)  # -h: lm-eval's own flags
+    for _, args in runs[:1] if "-h" not in argv else ():
+        check_before_work(args)
     light = "-h" not in argv and start_light_if_cached(runs)
     with torch_left_out() if light else nullcontext(), reused_per_command():
         for n, (checkpoint, args) in enumerate(runs, start=1):

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -85,10 +86,8 @@ def build_task(path: Path) -> Any:
     for field in ("task", "dataset_path", "doc_to_text"):
         if field not in config:
             raise InputError(f"{path}: field '{field}' is missing")
-    kwargs = dict(config.get("dataset_kwargs") or {})
-    if "data_files" in kwargs:
-        kwargs["data_files"] = _beside(path.parent, kwargs["data_files"])
-        config["dataset_kwargs"] = kwargs
+    check_local_data(path, config)
+    data_files_beside(config, path.parent)
     quiet = logging.getLogger("lm_eval")
     level = quiet.level
     quiet.setLevel(logging.ERROR)  # its notes on default metrics, as lm-eval itself prints them per run
@@ -123,6 +122,57 @@ def context_and_turns(task: Any, doc: Any, shots: int) -> tuple[Any, list[str]]:
     if len(turns) != shots + 1 or not isinstance(prompt, str) or not prompt.endswith(body):
         turns = []  # a chat template, several inputs, another lm-eval: no parts beyond the question
     return prompt, turns
+
+
+def data_files_beside(config: dict[str, Any], folder: Path) -> None:
+    """A task config's relative ``data_files`` that exist in ``folder`` (its YAML's) made absolute, in place."""
+    kwargs = dict(config.get("dataset_kwargs") or {})
+    if "data_files" in kwargs:
+        kwargs["data_files"] = _beside(folder, kwargs["data_files"])
+        config["dataset_kwargs"] = kwargs
+
+
+@contextmanager
+def data_files_found_beside_yaml() -> Iterator[None]:
+    """While open, lm-eval's own task loading (``sago lm-eval``) finds a task's relative ``data_files``
+    beside its YAML first, as ``sago run -d lmeval:`` does (lm-eval alone reads them from the current
+    folder, where they are still found when not beside the YAML)."""
+    from lm_eval.tasks._factory import TaskFactory
+
+    original = TaskFactory._load_full_config
+
+    def load_full_config(self: Any, entry: Any, overrides: Any = None) -> dict[str, Any]:
+        config = original(self, entry, overrides)
+        if getattr(entry, "yaml_path", None):
+            data_files_beside(config, Path(entry.yaml_path).parent)
+        return config
+
+    TaskFactory._load_full_config = load_full_config
+    try:
+        yield
+    finally:
+        TaskFactory._load_full_config = original
+
+
+LOCAL_BUILDERS = ("json", "csv", "parquet", "text", "arrow", "pandas")  # datasets' loaders of local files
+
+
+def check_local_data(path: Path, config: dict[str, Any]) -> None:
+    """Before lm-eval builds the task: its data must be local (a file loader with ``data_files``, or a
+    folder); a hub dataset (``dataset_path: cais/mmlu``) is refused in one line instead of a download
+    that fails after its retries."""
+    source = str(config["dataset_path"])
+    if source in LOCAL_BUILDERS:
+        if not (config.get("dataset_kwargs") or {}).get("data_files"):
+            raise InputError(f"{path}: field 'dataset_path': {source!r} needs dataset_kwargs: data_files")
+        return
+    if (path.parent / source).expanduser().exists() or Path(source).expanduser().exists():
+        return
+    raise InputError(
+        f"{path}: field 'dataset_path': {source!r} is not a local file or folder (a Hugging Face hub dataset?); "
+        f"sago reads a task's data from local files: dataset_path: json (or {', '.join(LOCAL_BUILDERS[1:])}) "
+        "with dataset_kwargs: data_files"
+    )
 
 
 def _beside(folder: Path, files: Any) -> Any:

@@ -11,6 +11,7 @@ from typing import Any
 from markupsafe import Markup, escape
 
 from sago_fast.atomic import atomic_path
+from sago_fast.errors import OutdatedSchemaError
 from sago_fast.report.data import ReportData, Table, load_report_data, natural_key
 from sago_fast.store import Store
 from sago_fast.store.reads import cell_text
@@ -90,6 +91,15 @@ def render_report(data: ReportData) -> str:
     return env.get_template("report.html.j2").render(**context)
 
 
+def _reading(db: str | os.PathLike[str]) -> Store:
+    """The results file opened read-only, migrated first (opened read-write once) where it is older."""
+    try:
+        return Store(db, read_only=True)
+    except OutdatedSchemaError:
+        Store(db, create=False).close()
+        return Store(db, read_only=True)
+
+
 def write_report(
     db: str | os.PathLike[str],
     out: str | os.PathLike[str],
@@ -102,11 +112,14 @@ def write_report(
     A file whose only run is still being written reports that run as far as its committed chunks go.
     Statistics are computed first when the run has none yet; a database without runs gives an
     empty-but-valid report. Older results files are migrated when opened."""
+    from sago_fast.errors import InputError
     from sago_fast.stats import run_stats
     from sago_fast.stats.data import check_run, latest_finished_run
     from sago_fast.store.reads import latest_running_run
 
-    with Store(db, create=False) as store:
+    if isinstance(n_unstable, bool) or not isinstance(n_unstable, int) or n_unstable < 0:
+        raise InputError(f"--unstable (n_unstable) must be a whole number >= 0, not {n_unstable!r}")
+    with _reading(db) as store:  # a report only reads: a read-only file is reported as it is
         if run_id is not None:
             check_run(store, run_id)
         run = (

@@ -74,6 +74,30 @@ class PlannedUnit:
     n_examples: int
 
 
+def record_planned(store: Store, run_id: str, units: Sequence[PlannedUnit], state: str = "waiting") -> None:
+    """The planned units' ``run_units`` rows (those not yet there) in ``state``, in ``store``'s open
+    transaction; those finished in the file are marked done."""
+    store.insert(
+        "run_units",
+        {
+            "run_id": [run_id] * len(units),
+            "unit_id": [u.unit_id for u in units],
+            "position": [u.position for u in units],
+            "checkpoint": [u.checkpoint for u in units],
+            "dataset": [u.dataset for u in units],
+            "n_examples": [u.n_examples for u in units],
+            "state": [state] * len(units),
+            "takeovers": [0] * len(units),
+        },
+        key=("run_id", "unit_id"),
+    )
+    store.query(
+        """UPDATE run_units SET state = 'done' WHERE run_id = $run AND state <> 'done'
+           AND unit_id IN (SELECT unit_id FROM units WHERE run_id = $run AND status = 'done')""",
+        {"run": run_id},
+    )
+
+
 @dataclass(frozen=True)
 class Claim:
     """The answer to a claim: ``mine`` (this worker has it now), else ``done`` or ``held`` (by
@@ -128,25 +152,7 @@ class Claims:
                 "now": self.started,
             },
         )
-        store.insert(
-            "run_units",
-            {
-                "run_id": [self.run_id] * len(units),
-                "unit_id": [u.unit_id for u in units],
-                "position": [u.position for u in units],
-                "checkpoint": [u.checkpoint for u in units],
-                "dataset": [u.dataset for u in units],
-                "n_examples": [u.n_examples for u in units],
-                "state": ["waiting"] * len(units),
-                "takeovers": [0] * len(units),
-            },
-            key=("run_id", "unit_id"),
-        )
-        store.query(
-            """UPDATE run_units SET state = 'done' WHERE run_id = $run AND state <> 'done'
-               AND unit_id IN (SELECT unit_id FROM units WHERE run_id = $run AND status = 'done')""",
-            {"run": self.run_id},
-        )
+        record_planned(store, self.run_id, units)
 
     def start_heartbeat(self) -> None:
         """Record every ``heartbeat_s`` that this worker is alive (a daemon thread, until :meth:`finish`)."""

@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any
+from types import UnionType
+from typing import Any, Union, get_args, get_origin, get_type_hints
 
 from sago_fast import defaults
 from sago_fast.datasets.readers import FieldMap
@@ -78,6 +79,7 @@ class RunConfig:
     until_separated: bool = False
 
     def __post_init__(self) -> None:
+        check_field_types(self)
         if not self.models:
             raise InputError("no --model given")
         if not self.datasets:
@@ -86,6 +88,11 @@ class RunConfig:
             raise InputError("--shard needs --shard-dir (the folder its Parquet unit folders go to)")
         if self.shard is None and self.db is None:
             raise InputError("--db is required (or --shard i/N with --shard-dir)")
+        if self.shard is not None and self.db is not None:
+            raise InputError(
+                f"--shard writes Parquet unit folders to --shard-dir, not to --db ({self.db}): leave --db out "
+                "and merge the folders into it afterwards with `sago merge SHARD_DIR... --db FILE`"
+            )
         if self.executor not in ("local", "ray"):
             raise InputError(f"unknown executor {self.executor!r} (known: local, ray)")
         if self.ray_cpus_per_task <= 0 or self.ray_max_retries < 0:
@@ -176,16 +183,61 @@ class RunConfig:
                 f"{file}: unknown key(s) {', '.join(unknown)} (known: {', '.join(sorted(known))})"
             )
         merged = {**data, **{k: v for k, v in overrides.items() if v not in (None, (), [])}}
+        if overrides.get("shard") is not None and overrides.get("db") is None:
+            merged.pop("db", None)  # `--shard` on the command line: the config's db is for the unsharded run
         if isinstance(merged.get("fields"), dict):  # YAML mapping {question: question.stem, ...}
             merged["fields"] = [f"{k}={v}" for k, v in merged["fields"].items()]
         for key in ("models", "datasets", "families", "stop", "fields"):
             if isinstance(merged.get(key), str):
                 merged[key] = [merged[key]]
-            if merged.get(key) is not None:
+            if isinstance(merged.get(key), list):  # anything else is named by the type check
                 merged[key] = tuple(str(x) for x in merged[key])
         if "db" not in merged and "shard_dir" not in merged:
             raise InputError(f"{file}: no 'db' (results file) given")
-        for key in ("db", "cache_dir", "shard_dir"):
-            if merged.get(key) is not None:
-                merged[key] = Path(merged[key])
-        return cls(**merged)
+        try:
+            return cls(**merged)
+        except InputError as exc:
+            raise InputError(f"{file}: {exc}") from None
+
+
+_KINDS: dict[type, str] = {
+    bool: "true or false",
+    int: "a whole number",
+    float: "a number",
+    str: "a string",
+    Path: "a path",
+    tuple: "a list of strings",
+}
+
+
+def check_field_types(config: Any) -> None:
+    """InputError (one line, naming the field) for a value of the wrong type in a frozen dataclass of
+    settings (from a YAML file or Python), before any of its checks compare or parse it. A string is taken
+    for a path, and a list of strings for a tuple (stored as ``Path`` and ``tuple``)."""
+    hints = get_type_hints(type(config))
+    for f in fields(config):
+        value = getattr(config, f.name)
+        hint = hints[f.name]
+        alternatives = get_args(hint) if get_origin(hint) in (Union, UnionType) else (hint,)
+        accepted = [get_origin(t) or t for t in alternatives]
+        if value is None and type(None) in accepted:
+            continue
+        kinds = [k for k in accepted if k is not type(None)]
+        if Path in kinds and isinstance(value, (str, os.PathLike)):
+            object.__setattr__(config, f.name, Path(value))
+        elif tuple in kinds and isinstance(value, list) and all(isinstance(v, str) for v in value):
+            object.__setattr__(config, f.name, tuple(value))
+        elif not any(_is_kind(value, kind) for kind in kinds):
+            wanted = " or ".join(_KINDS.get(k, k.__name__) for k in kinds)
+            raise InputError(f"{f.name} must be {wanted}, not {value!r}")
+
+
+def _is_kind(value: Any, kind: type) -> bool:
+    if kind is bool:
+        return isinstance(value, bool)
+    if kind in (int, float):  # a bool is not a number here; an int is a float
+        allowed = (int,) if kind is int else (int, float)
+        return isinstance(value, allowed) and not isinstance(value, bool)
+    if kind is tuple:
+        return isinstance(value, tuple) and all(isinstance(v, str) for v in value)
+    return isinstance(value, kind)

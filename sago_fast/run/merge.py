@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sago_fast.run.claims import PlannedUnit, record_planned
 from sago_fast.run.sinks import MANIFEST, SHARD_FORMAT, write_rows
 from sago_fast.store import Store
 
@@ -77,7 +78,7 @@ def merge_shards(paths: Sequence[str | os.PathLike[str]], db: str | os.PathLike[
     folders, result.damaged = _unit_folders(paths)
     if not folders:  # nothing to merge: the results file is not created or touched
         return result
-    planned: dict[str, set[str]] = {}
+    planned: dict[str, dict[str, PlannedUnit]] = {}
     with Store(db) as store:
         for folder in folders:
             try:
@@ -87,7 +88,7 @@ def merge_shards(paths: Sequence[str | os.PathLike[str]], db: str | os.PathLike[
                 log.warning("skipping %s: %s", folder, exc)
                 continue
             run_id, unit_id = manifest["run_id"], manifest["unit_id"]
-            planned.setdefault(run_id, set()).update(manifest["planned_units"])
+            planned.setdefault(run_id, {}).update(_planned_units(manifest))
             runs = tables.pop("runs")
             unit_rows = {
                 table: {name: arrow.column(name) for name in arrow.column_names}
@@ -101,6 +102,47 @@ def merge_shards(paths: Sequence[str | os.PathLike[str]], db: str | os.PathLike[
                 result.already.append(unit_id)
         for run_id, units in planned.items():
             status = "done" if len(store.done_units(run_id)) >= len(units) else "partial"
-            store.set_run_status(run_id, status, provider="units")
+            with store.transaction():  # `sago status` reads the plan: the units not merged show as such
+                record_planned(store, run_id, _described(store, run_id, units), state=NOT_MERGED)
+                store.set_run_status(run_id, status, provider="units")
             result.runs[run_id] = status
     return result
+
+
+NOT_MERGED = "not merged"  # a planned unit whose shard folder is not (yet) in the results file
+
+
+def _planned_units(manifest: dict[str, Any]) -> dict[str, PlannedUnit]:
+    """The run's planned units as a unit folder's manifest lists them (ids alone in older folders)."""
+    units = {}
+    for position, entry in enumerate(manifest["planned_units"]):
+        if isinstance(entry, str):
+            units[entry] = PlannedUnit(entry, position, "", "", 0)
+        else:
+            units[entry["unit_id"]] = PlannedUnit(**entry)
+    return units
+
+
+def _described(store: Store, run_id: str, units: dict[str, PlannedUnit]) -> list[PlannedUnit]:
+    """``units`` with the checkpoint, dataset and examples of those merged filled in where the manifest
+    (an older folder) did not say them."""
+    _, rows = store.query(
+        """SELECT u.unit_id, u.checkpoint, d.name, u.n_examples FROM units u
+           LEFT JOIN (SELECT dataset_id, any_value(name) AS name FROM datasets GROUP BY 1) d
+           ON d.dataset_id = u.dataset_id WHERE u.run_id = $run""",
+        {"run": run_id},
+    )
+    found = {unit_id: (checkpoint, dataset, n) for unit_id, checkpoint, dataset, n in rows}
+    described = []
+    for unit in units.values():
+        checkpoint, dataset, n = found.get(unit.unit_id, ("", "", 0))
+        described.append(
+            PlannedUnit(
+                unit.unit_id,
+                unit.position,
+                unit.checkpoint or checkpoint or "",
+                unit.dataset or dataset or "",
+                unit.n_examples or int(n or 0),
+            )
+        )
+    return described

@@ -5,11 +5,9 @@ Parquet chunk folder when sharded) and finish each unit from its chunks' partial
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 from sago_fast.axes import DATASET_SCORERS
@@ -159,19 +157,19 @@ def _open_sink(config: RunConfig, plan: Plan, command: str, units: list[Unit], s
     """The results file (the run's row and its planned units written, this process a worker of it) or the
     shard folder."""
     row = run_row(plan.run_id, command, config.as_json(), config.device, "", "running")
+    planned = [
+        PlannedUnit(
+            u.unit_id,
+            u.index,
+            str(u.checkpoint.display_path),
+            plan.datasets[u.dataset_id].name,
+            _planned_examples(plan.datasets[u.dataset_id], config),
+        )
+        for u in (plan.units if sharded else units)
+    ]
     if not sharded:
-        planned = [
-            PlannedUnit(
-                u.unit_id,
-                u.index,
-                str(u.checkpoint.display_path),
-                plan.datasets[u.dataset_id].name,
-                _planned_examples(plan.datasets[u.dataset_id], config),
-            )
-            for u in units
-        ]
         return DuckDBSink(config.db, row, planned)  # type: ignore[arg-type]
-    return ParquetShardSink(config.shard_dir, row, [u.unit_id for u in plan.units])  # type: ignore[arg-type]
+    return ParquetShardSink(config.shard_dir, row, planned)  # type: ignore[arg-type]
 
 
 def _committed_chunks(
@@ -366,30 +364,18 @@ def check_run_outputs(config: RunConfig) -> str:
     """Before any work: the device runs (returned resolved), and the results file or shard folder can be
     written."""
     from sago_fast.atomic import check_writable
+    from sago_fast.paths import check_cache_writable
     from sago_fast.runtime.session import check_device
+    from sago_fast.store.store import check_db_name
 
     device = check_device(config.device)
-    check_cache_writable(config.cache_dir)
+    check_cache_writable(config.cache_dir)  # the export cache and the cache root
     if config.shard is not None and config.shard_dir is not None:
         check_writable(config.shard_dir, what="--shard-dir", directory=True)
     elif config.db is not None:
+        check_db_name(config.db)
         check_writable(config.db, what="--db")
     return device
-
-
-def check_cache_writable(cache_dir: Path | None) -> None:
-    """Before any work: the export cache (``--cache-dir``, else ``$SAGO_CACHE_DIR/exports``) and the cache
-    root (converted GGUF files, compiled kernels) can be written, in one line naming the setting."""
-    from sago_fast.atomic import check_writable
-    from sago_fast.paths import cache_root
-
-    root = cache_root()
-    named = (
-        "$SAGO_CACHE_DIR" if os.environ.get("SAGO_CACHE_DIR") else "the cache folder (set $SAGO_CACHE_DIR)"
-    )
-    if cache_dir is not None:
-        check_writable(cache_dir, what="--cache-dir", directory=True)
-    check_writable(root, what=named, directory=True)
 
 
 def _has_stats(db: Any, run_id: str) -> bool:

@@ -94,6 +94,11 @@ def plan_run(config: RunConfig) -> Plan:
     datasets = [
         load_dataset(name, fields=fields, limit=config.limit, seed=config.seed) for name in config.datasets
     ]
+    if config.fields and not any(d.reader == "sago" for d in datasets):
+        raise InputError(
+            f"--field {config.fields[0]}: field mappings apply to data files in sago's schema, and none of the "
+            f"datasets is one ({', '.join(f'{d.name}: {d.reader}' for d in datasets)}); leave --field out"
+        )
     for dataset in datasets:
         if config.num_fewshot and dataset.reader == "lmeval":
             raise InputError(

@@ -32,7 +32,8 @@ class OutputRecord:
     answer_mode; generation fills generation (the text, cut at the stop string). entropy: of the chosen
     option distribution, or of the first generated token's; top_token / top_logprob: the next token the
     model ranks first after the prompt, decoded; prompt_tokens_cut: tokens cut from the prompt's left so
-    that it fits the model (lm-eval's rule; 0: the whole prompt was read)."""
+    that it fits the model (lm-eval's rule; 0: the whole prompt was read); prompt_read: the text the model
+    read when it is not the variant's prompt itself (a chat template, a system prompt), else None."""
 
     example_id: str
     variant_id: str
@@ -50,6 +51,7 @@ class OutputRecord:
     top_token: str
     top_logprob: float
     prompt_tokens_cut: int
+    prompt_read: str | None = None
 
 
 @dataclass(frozen=True)
@@ -114,10 +116,16 @@ def output_records(
                 top_token=tokenizer.decode([int(top[row])]),
                 top_logprob=float(probe.next_logprobs[row, top[row]]),
                 prompt_tokens_cut=int(cut[row]),
+                prompt_read=_read(answers.texts, row, variant.prompt),
                 **kind,
             )
         )
     return out
+
+
+def _read(texts: Sequence[str], row: int, prompt: str) -> str | None:
+    """The text the model read for ``row`` when it is not ``prompt`` itself."""
+    return texts[row] if texts and texts[row] != prompt else None
 
 
 def mode_answer_records(

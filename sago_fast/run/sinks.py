@@ -13,6 +13,7 @@ dataset scorers' partial state), then finished: its last rows and its done mark 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -177,12 +178,12 @@ class ParquetShardSink:
     """Parquet folders per chunk, joined per unit when it finishes (see the module docstring)."""
 
     def __init__(
-        self, root: str | os.PathLike[str], run_row: dict[str, list[Any]], planned_units: list[str]
+        self, root: str | os.PathLike[str], run_row: dict[str, list[Any]], planned: Sequence[PlannedUnit]
     ) -> None:
         self.root = Path(root)
         self.where = str(self.root)
         self.run_row = run_row
-        self.planned_units = planned_units
+        self.planned_units = [dataclasses.asdict(u) for u in planned]  # the manifest's planned units
 
     def finished(self, run_id: str, unit_ids: Sequence[str]) -> set[str]:
         return {u for u in unit_ids if self.done(run_id, u)}

@@ -52,12 +52,14 @@ class AnswerSettings:
 class UnitAnswers:
     """primary[i]: variant i's answer under the run's mode (or generated); by_mode[i]: every mode's
     answer for option variants, {} for generation variants; probe: the prefill of every prompt (pooled
-    hidden states, next-token distribution), in variant order; tokens_processed: tokens through the graph."""
+    hidden states, next-token distribution), in variant order; tokens_processed: tokens through the graph;
+    texts: the text the model read for each variant (chat markup and system text included)."""
 
     primary: list[AnyAnswer]
     by_mode: list[dict[str, OptionAnswer]]
     probe: ProbeResult
     tokens_processed: int
+    texts: tuple[str, ...] = ()
 
 
 def answer_unit(
@@ -103,7 +105,7 @@ def answer_unit(
                 primary[i] = answer
         parts.append((rows, prefill.probe))
         processed += prefill.tokens_processed
-    return UnitAnswers(primary, by_mode, ProbeResult.in_order(parts, len(variants)), processed)
+    return UnitAnswers(primary, by_mode, ProbeResult.in_order(parts, len(variants)), processed, prompts.texts)
 
 
 def answer_all(

@@ -14,6 +14,7 @@ is then shown as the prompt's first paragraph.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +23,8 @@ from sago_fast import defaults
 from sago_fast.errors import InputError
 from sago_fast.runtime.shared_prefix import common_prefix
 from sago_fast.types import Dataset, Variant
+
+log = logging.getLogger(__name__)
 
 CHAT_TEMPLATE_CHOICES = ("auto", "none")
 
@@ -124,18 +127,38 @@ def appended_bound(example: Any, max_new_tokens: int) -> int:
     return max(max_new_tokens, *(len(a.encode()) + 2 for a in example.answers))
 
 
+def check_answers_fit(tokenizer: Any, data: Dataset, limit: int) -> None:
+    """Before any work: an option or reference answer that leaves no room for its prompt in the model's
+    ``limit`` positions is refused in one line naming its example (a prompt is cut to fit, an answer is
+    not). Only texts that may not fit by a bound on bytes are tokenized."""
+    for example in data.examples:
+        kind = "option" if example.has_options else "reference answer"
+        for j, text in enumerate(example.options if example.has_options else example.answers):
+            if len((" " + text).encode()) < limit:  # a token covers at least one byte
+                continue
+            n_tokens = len(tokenizer(" " + text, add_special_tokens=False)["input_ids"])
+            if n_tokens >= limit:
+                raise InputError(
+                    f"dataset {data.name!r}, example {example.example_id!r}: {kind} {j + 1} is {n_tokens} "
+                    f"tokens, as long as the model's {limit} positions or longer (no room for its prompt); "
+                    "shorten or remove that example, or use a model with a longer context"
+                )
+
+
 def check_some_fit(
     model: Any, data: Dataset, variants: Sequence[Variant], fmt: PromptFormat, max_new_tokens: int
 ) -> None:
-    """Before any work: a dataset whose every canonical prompt (with what follows it) is longer than the
-    model is refused in one line; single long prompts are cut when answered
-    (:func:`sago_fast.runtime.scoring.fit_to_context`).
+    """Before any work: a dataset one of whose answers is longer than the model (:func:`check_answers_fit`)
+    is refused in one line. Long prompts are cut from the left when answered, as lm-eval cuts them
+    (:func:`sago_fast.runtime.scoring.fit_to_context`; ``sago lm-eval`` does the same); when every
+    canonical prompt is too long, a warning says so once, with what to change to read them whole.
     Prompts are rendered one at a time until one fits, and only those that may not fit by a bound on bytes
     are tokenized."""
     limit = model.max_positions
     canonical = [v for v in variants if v.is_canonical]
     if limit is None or not canonical:
         return
+    check_answers_fit(model.tokenizer, data, limit)
     examples = {e.example_id: e for e in data.examples}
     longest = 0
     for variant in canonical:
@@ -147,8 +170,12 @@ def check_some_fit(
         if n_tokens + need <= limit:
             return
         longest = max(longest, n_tokens + need)
-    raise InputError(
-        f"dataset {data.name!r}: every prompt is longer than the model's {limit} positions (up to about "
-        f"{longest} tokens with its answer); use a model with a longer context, fewer demonstrations "
-        "(--num-fewshot) or a lower --max-new-tokens"
+    log.warning(
+        "dataset %r: every prompt is longer than the model's %d positions (up to about %d tokens with its "
+        "answer): each is cut from its left as lm-eval cuts it (outputs.prompt_tokens_cut); to read them "
+        "whole, use a model with a longer context, fewer demonstrations (--num-fewshot) or a lower "
+        "--max-new-tokens",
+        data.name,
+        limit,
+        longest,
     )

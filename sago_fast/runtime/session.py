@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import io
 import logging
 import os
 import sys
@@ -82,7 +83,7 @@ def cuda_provider_listed() -> bool:
 
 
 @contextlib.contextmanager
-def _native_stderr_silenced() -> Iterator[None]:
+def native_stderr_silenced() -> Iterator[None]:
     """Point file descriptor 2 at /dev/null for the duration (C++ libraries write there directly)."""
     sys.stderr.flush()
     saved = os.dup(2)
@@ -103,8 +104,8 @@ def _preload_cuda_libraries(ort: Any) -> None:
     with contextlib.suppress(Exception):
         import torch  # noqa: F401  (its CUDA libraries, when it has them)
     preload = getattr(ort, "preload_dlls", None)
-    if preload is not None:
-        with contextlib.suppress(Exception):
+    if preload is not None:  # it prints each library it cannot load: cuda_runs says why in one line instead
+        with contextlib.suppress(Exception), contextlib.redirect_stdout(io.StringIO()):
             preload()
 
 
@@ -132,7 +133,7 @@ def cuda_runs() -> tuple[bool, str]:
     so = ort.SessionOptions()
     so.log_severity_level = 4
     try:
-        with _native_stderr_silenced():  # ORT's C++ logger prints the failed CUDA load; we report it once
+        with native_stderr_silenced():  # ORT's C++ logger prints the failed CUDA load; we report it once
             _preload_cuda_libraries(ort)
             session = ort.InferenceSession(
                 model.SerializeToString(), sess_options=so, providers=providers_for("cuda")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sago_fast.stats.config import StatsConfig
@@ -49,7 +50,10 @@ def run_stats(
     from sago_fast.stats.compute import StatsTables, compute_stats
     from sago_fast.stats.data import latest_run, load_run
     from sago_fast.store import Store
+    from sago_fast.store.store import check_can_store
 
+    if Path(db).is_file():  # before any work: statistics that could not be stored are not computed
+        check_can_store(db, "the statistics")
     with Store(db, create=False) as store:  # the file is held while reading and writing, not computing
         store.mark_dead_runs()
         run = run_id or latest_run(store)

@@ -27,9 +27,14 @@ class StatsConfig:
         if any(value < 0 for _, value in self.sesoi):
             raise InputError("a smallest effect of practical interest (--sesoi) must be >= 0")
         if self.n_resamples < 100:
-            raise InputError("n_resamples must be at least 100")
-        if not 0 < self.confidence < 1 or not 0 < self.alpha < 1:
-            raise InputError("confidence and alpha must lie in (0, 1)")
+            raise InputError(f"--resamples (n_resamples) must be at least 100, not {self.n_resamples}")
+        for flag, value in (("confidence", self.confidence), ("alpha", self.alpha)):
+            if not 0 < value < 1:
+                raise InputError(f"--{flag} ({flag}) must lie strictly between 0 and 1, not {value:g}")
+        if not 0 <= self.tolerance < 1:
+            raise InputError(
+                f"--tolerance (tolerance) must be a share from 0 to below 1, not {self.tolerance:g}"
+            )
         level = min(1.0 - self.confidence, self.alpha)
         least = math.ceil(2.0 / level)  # a resampled two-sided p is at least 1 / (B + 1): B + 1 >= 2 / level
         if self.n_resamples + 1 < least:

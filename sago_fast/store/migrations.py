@@ -530,4 +530,11 @@ MIGRATIONS: tuple[Migration, ...] = (
         );
         """,
     ),
+    Migration(
+        17,
+        "the text the model read, where it is not the variant's prompt (a chat template, a system prompt)",
+        """
+        ALTER TABLE outputs ADD COLUMN prompt_read VARCHAR;
+        """,
+    ),
 )

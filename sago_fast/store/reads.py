@@ -175,8 +175,9 @@ _CHECKPOINT_POSITIONS = """
 _N_CHANGES = "SELECT count(*) AS n FROM checkpoint_changes WHERE run_id = $run"
 
 _PROMPTS_CUT = """
-    SELECT count(*) AS n, coalesce(max(prompt_tokens_cut), 0) AS most
-    FROM outputs WHERE run_id = $run AND replicate = 0 AND prompt_tokens_cut > 0
+    SELECT count(*) AS n, count(*) FILTER (WHERE replicate > 0) AS replicates,
+           coalesce(max(prompt_tokens_cut), 0) AS most
+    FROM outputs WHERE run_id = $run AND prompt_tokens_cut > 0
 """
 
 _FINAL_SEQUENCES = """
@@ -304,7 +305,8 @@ class RunReads:
         return int(self._rows(_N_CHANGES)[0]["n"])
 
     def prompts_cut(self) -> Row:
-        """n: outputs whose prompt was cut from the left to fit the model; most: the most tokens cut."""
+        """n: ``outputs`` rows whose prompt was cut from the left to fit the model (replicates: those of
+        the replicate pass among them); most: the most tokens cut."""
         return self._rows(_PROMPTS_CUT)[0]
 
     def n_datasets(self) -> int:

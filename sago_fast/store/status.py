@@ -31,8 +31,9 @@ class WorkerStatus:
 
 @dataclass(frozen=True)
 class UnitStatus:
-    """A planned unit: ``state`` is done, claimed (``by`` a process), waiting, failed (``error``), or
-    stopped (a sequential unit done early: ``stop_reason``); chunks and examples committed so far."""
+    """A planned unit: ``state`` is done, claimed (``by`` a process), waiting, failed (``error``),
+    stopped (a sequential unit done early: ``stop_reason``) or not merged (a merged file's unit whose
+    shard is not in it); chunks and examples committed so far."""
 
     position: int
     checkpoint: str
@@ -143,6 +144,9 @@ def _status(run_id, status, created, command, worker_rows, unit_rows, stale_afte
             )
         )
     live = sum(w.alive and w.state == "working" for w in workers)
+    killed = [w for w in workers if w.state == "working" and not w.alive]
+    if status == "running" and killed and not live:  # SIGKILL, power: nobody could record it
+        status = f"interrupted ({killed[-1].dead_because})"
     left = sum(
         max(0, u.examples_planned - u.examples_done) for u in units if u.state in ("claimed", "waiting")
     )

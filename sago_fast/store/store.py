@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sago_fast.errors import StoreError
+from sago_fast.errors import OutdatedSchemaError, StoreError
 from sago_fast.store.liveness import dead_reason, process_alive
 from sago_fast.store.locking import connect_waiting
 from sago_fast.store.migrations import MIGRATIONS
@@ -19,6 +19,42 @@ log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = MIGRATIONS[-1].version
 MEMORY = ":memory:"
+
+
+def check_db_name(path: str | os.PathLike[str]) -> None:
+    """StoreError (one line) for a results-file path DuckDB cannot open: its name must be valid UTF-8."""
+    name = os.fspath(path)
+    try:
+        (name.decode() if isinstance(name, bytes) else name).encode("utf-8")
+    except UnicodeError:
+        shown = os.fsencode(name).decode("utf-8", errors="backslashreplace")
+        raise StoreError(
+            f"{shown}: the results file's name is not valid UTF-8 (DuckDB needs UTF-8 names)"
+        ) from None
+
+
+def check_results_file(path: str | os.PathLike[str], what: str) -> None:
+    """Before any work, for a command that will write results into ``path`` (``what``: its flag): a name
+    DuckDB opens, a file that can be written, and an existing file that is a sago results file (a foreign
+    one is refused untouched; an older one is migrated now)."""
+    from sago_fast.atomic import check_writable
+
+    check_db_name(path)
+    check_writable(path, what=what)
+    if Path(path).exists():
+        Store(path).close()
+
+
+def check_can_store(path: str | os.PathLike[str], what: str) -> None:
+    """StoreError (one line) when results could not be written into the existing file ``path``: the file,
+    or the folder its write-ahead log goes to, is read-only. ``what``: what would be stored."""
+    file = Path(path)
+    for where in (file, file.parent):
+        if not os.access(where, os.W_OK):
+            kind = "file" if where == file else "folder"
+            raise StoreError(
+                f"{file}: the {kind} is read-only, so {what} cannot be stored in it; use a writable copy"
+            )
 
 
 def _connect(path: str, read_only: bool, wait: float | None) -> Any:
@@ -75,6 +111,7 @@ class Store:
         create: bool = True,
         wait: float | None = None,
     ) -> None:
+        check_db_name(path)
         self.path = str(path)
         self.read_only = read_only
         if not read_only and self.path != MEMORY:
@@ -93,7 +130,7 @@ class Store:
         if version < SCHEMA_VERSION:
             if read_only:
                 self.close()
-                raise StoreError(
+                raise OutdatedSchemaError(
                     f"{self.path}: schema version {version} is older than {SCHEMA_VERSION}; "
                     "open it once read-write (e.g. `sago run`) to migrate"
                 )

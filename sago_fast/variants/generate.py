@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -51,7 +52,8 @@ def draw_shots(
     example: Example, pool: Sequence[Example], config: VariantConfig, source: str
 ) -> tuple[Example, ...]:
     """``config.num_fewshot`` demonstrations for ``example`` from ``pool`` (same task type, never the
-    example itself), from the example's own random stream: the same whatever the dataset's order."""
+    example itself, never one that gives its answer away: :func:`gives_away`), from the example's own
+    random stream: the same whatever the dataset's order."""
     n = config.num_fewshot
     if n == 0:
         return ()
@@ -61,6 +63,7 @@ def draw_shots(
         if e.example_id != example.example_id
         and e.task_type == example.task_type
         and (e.question, e.options) != (example.question, example.options)
+        and not gives_away(e, example)
     ]
     if len(candidates) < n:
         raise InputError(
@@ -69,6 +72,34 @@ def draw_shots(
         )
     rng = derive_rng(config.seed, example.example_id, "fewshot", 0)
     return tuple(candidates[i] for i in rng.choice(len(candidates), size=n, replace=False))
+
+
+MIN_ANSWER_CHARS = 3  # shorter answers ("A", "7") are too common to tell anything by matching
+
+
+def _answers(example: Example) -> list[str]:
+    """The example's gold answer texts."""
+    if example.has_options and example.answer_index is not None:
+        return [example.options[example.answer_index]]
+    return list(example.answers)
+
+
+def _mentions(text: str, answer: str) -> bool:
+    """Whether ``answer`` stands in ``text`` as a whole word or phrase (case-insensitive)."""
+    answer = answer.strip()
+    if len(answer) < MIN_ANSWER_CHARS:
+        return False
+    return re.search(rf"(?<!\w){re.escape(answer)}(?!\w)", text, flags=re.IGNORECASE) is not None
+
+
+def gives_away(shot: Example, example: Example) -> bool:
+    """Whether demonstration ``shot`` shares its answer entity with ``example``: the example's answer in
+    the shot's question or answer, or the shot's answer in the example's question ("Paris is the capital
+    of which country?" shown before "What is the capital of France?")."""
+    mine, theirs = _answers(example), _answers(shot)
+    return any(_mentions(shot.question, a) or any(_mentions(t, a) for t in theirs) for a in mine) or any(
+        _mentions(example.question, t) for t in theirs
+    )
 
 
 def make_variant(

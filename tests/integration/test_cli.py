@@ -92,6 +92,10 @@ def test_export_then_reuse(tmp_path, checkpoints):
     onnx.checker.check_model(str(tmp_path / "b" / "model.onnx"))
     graph = onnx.load(str(tmp_path / "b" / "model.onnx"))
     assert sum(i.ByteSize() for i in graph.graph.initializer) > 1000  # the weights were read
+    umask = os.umask(0o022)
+    os.umask(umask)
+    modes = {p.name: p.stat().st_mode & 0o777 for p in (tmp_path / "b").iterdir() if p.is_file()}
+    assert set(modes.values()) == {0o666 & ~umask}, modes  # model.onnx_data as every other file
 
 
 def test_probe_bad_texts(checkpoints, cache_dir):

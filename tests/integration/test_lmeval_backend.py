@@ -632,3 +632,49 @@ def test_sago_lm_eval_takes_a_training_run_one_checkpoint_after_the_other(
     )
     assert failed.returncode == 2
     assert failed.stderr.strip().splitlines()[-1].startswith("sago: error: lm-eval stopped on")
+
+
+def test_sago_lm_eval_reads_a_tasks_data_beside_its_yaml_quietly(tasks, checkpoints, cache_dir, tmp_path):
+    """``sago lm-eval`` finds relative ``data_files`` beside the task's YAML, as ``sago run -d lmeval:``
+    does, whatever the current folder; on a CPU machine it prints no CUDA-library or git noise."""
+    import shutil
+    import subprocess
+
+    import yaml
+
+    from sago_fast.datasets.resolve import load_dataset
+    from tests.integration.test_units import sago_cmd
+
+    include = tmp_path / "tasks"
+    include.mkdir()
+    shutil.copy(tasks["folder"] / "docs.jsonl", include / "docs.jsonl")
+    relative = {
+        **tasks["cloze"],
+        "task": "sago_relative",
+        "dataset_kwargs": {"data_files": {"test": "docs.jsonl"}},
+    }
+    (include / "relative.yaml").write_text(yaml.safe_dump(relative), encoding="utf-8")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    done = subprocess.run(
+        sago_cmd(
+            "lm-eval",
+            "--model_args",
+            f"pretrained={checkpoints['llama']},cache_dir={cache_dir}",
+            "--include_path",
+            str(include),
+            "--tasks",
+            "sago_relative",
+            "--limit",
+            "2",
+        ),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=elsewhere,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "sago_relative" in done.stdout
+    assert "Failed to load" not in done.stdout + done.stderr
+    assert "not a git repository" not in done.stderr
+    assert load_dataset(f"lmeval:{include / 'relative.yaml'}", limit=2).examples  # and sago run alike

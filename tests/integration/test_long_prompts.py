@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 
 import numpy as np
 import pytest
@@ -84,7 +85,11 @@ def test_a_long_item_is_cut_recorded_and_scored_as_lm_eval(tmp_path, checkpoints
             np.testing.assert_allclose(score, _hf_loglik(hf, window[: -len(cont)], cont), atol=1e-4)
 
 
-def test_a_dataset_of_only_long_items_is_one_error_before_any_work(tmp_path, checkpoints, cache_dir):
+def test_a_dataset_of_only_long_items_is_cut_as_lm_eval_cuts_it_and_said_once(
+    tmp_path, checkpoints, cache_dir, caplog
+):
+    """As ``sago lm-eval`` does on the same items: every prompt is cut from its left, and one warning says
+    so before any work (no refusal in one entry point and cutting in the other)."""
     long_question = " ".join(f"word{i}" for i in range(700))
     data = _dataset(tmp_path / "long.jsonl", [long_question, long_question + " again"])
     config = RunConfig(
@@ -96,9 +101,36 @@ def test_a_dataset_of_only_long_items_is_one_error_before_any_work(tmp_path, che
         cache_dir=cache_dir,
         stats=False,
     )
-    # the unit fails before it answers anything, in one line naming the dataset and the limit
+    with caplog.at_level(logging.WARNING):
+        run(config, progress=False)
+    said = [r.getMessage() for r in caplog.records if "every prompt is longer" in r.getMessage()]
+    assert (
+        len(said) == 1 and "dataset 'long': every prompt is longer than the model's 512 positions" in said[0]
+    )
+    with Store(tmp_path / "r.duckdb", read_only=True) as store:
+        _, rows = store.query("SELECT count(*), min(prompt_tokens_cut) FROM outputs")
+    assert rows[0][0] == 6 and rows[0][1] > 0
+
+
+def test_an_option_longer_than_the_model_is_refused_before_any_work_naming_its_item(
+    tmp_path, checkpoints, cache_dir
+):
+    rows = [{"id": f"q{i}", "question": f"Colour {i}?", "options": OPTIONS, "answer": 1} for i in range(40)]
+    rows[34]["options"] = ["red", " ".join(f"w{i}" for i in range(600)), "blue"]
+    data = tmp_path / "forty.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    config = RunConfig(
+        models=(str(checkpoints["llama"]),),
+        datasets=(str(data),),
+        db=tmp_path / "r.duckdb",
+        families=("typo",),
+        variants_per_family=1,
+        cache_dir=cache_dir,
+        stats=False,
+        chunk_memory_mb=1,  # many chunks: before, 34 items were committed when it failed
+    )
     with pytest.raises(
-        UnitsFailedError, match=r"dataset 'long': every prompt is longer than the model's 512 "
+        UnitsFailedError, match=r"example 'q34': option 2 is \d+ tokens, as long as the model's 512 positions"
     ):
         run(config, progress=False)
     with Store(tmp_path / "r.duckdb", read_only=True) as store:

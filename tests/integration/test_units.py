@@ -120,6 +120,12 @@ def test_sigkill_then_rerun_equals_an_uninterrupted_run(job, reference, tmp_path
     con.close()
     assert 1 <= done < 4  # killed in the middle
     from sago_fast.store import Store
+    from sago_fast.store.status import run_status
+
+    (killed,) = run_status(db)  # status says what happened without waiting for the next run or stats
+    assert killed.status == "interrupted (its process is gone)" and killed.eta_s is None
+    shown = subprocess.run(sago_cmd("status", "--db", str(db)), capture_output=True, text=True)
+    assert shown.returncode == 0 and "interrupted (its process is gone)" in shown.stdout
 
     with Store(db) as store:  # the dead process's run is found and marked for what it is
         assert store.query("SELECT status FROM runs")[1] == [("running",)]
@@ -163,6 +169,8 @@ def test_two_shards_merged_equal_the_unsharded_run(job, reference, tmp_path):
     for i in range(2):
         result = run(RunConfig(shard=f"{i}/2", shard_dir=shards, **config), progress=False)
         assert len(result.units) == 2 and result.db_path is None
+    with pytest.raises(InputError, match=r"--shard writes Parquet unit folders to --shard-dir, not to --db"):
+        RunConfig(shard="0/2", shard_dir=shards, db=tmp_path / "x.duckdb", **config)
     merged = tmp_path / "merged.duckdb"
     first = subprocess.run(
         sago_cmd("merge", str(shards), "--db", str(merged)), capture_output=True, text=True
@@ -174,6 +182,18 @@ def test_two_shards_merged_equal_the_unsharded_run(job, reference, tmp_path):
     again = merge_shards([shards], merged)
     assert again.merged == [] and len(again.already) == 4
     assert_same_tables(merged, reference[0])
+    from sago_fast.store.status import run_status
+
+    (status,) = run_status(merged)  # the merged file's plan and units, as `sago status` shows them
+    assert status.status == "done" and status.count("done") == 4 and len(status.units) == 4
+    assert status.examples_done == status.examples_planned == 16
+    shown = subprocess.run(sago_cmd("status", "--db", str(merged)), capture_output=True, text=True)
+    assert "units: 4 (4 done)" in shown.stdout and "16 of at most 16 done" in shown.stdout
+    half = tmp_path / "half.duckdb"  # one shard of two: the other's units are planned, not merged
+    merge_shards([shards / result.run_id / u for u in sorted(os.listdir(shards / result.run_id))[:1]], half)
+    (part,) = run_status(half)
+    assert part.status == "partial" and (part.count("done"), part.count("not merged")) == (1, 3)
+    assert {u.checkpoint for u in part.units} == set(config["models"])
 
 
 def test_a_truncated_shard_is_reported_and_skipped(job, tmp_path):
