@@ -6,6 +6,7 @@ imported until lm-eval builds the model), so ``lm_eval.simple_evaluate(model="sa
 ``sago_fast[lmeval]``.
 
 - :mod:`.backend`: :class:`~sago_fast.lmeval.backend.SagoLM`, the ``LM`` subclass;
+- :mod:`.arguments`: its model arguments, checked before any work and turned into sago's settings;
 - :mod:`.requests`: grouping lm-eval's requests into sago passes (one prefill per context);
 - :mod:`.records`: lm-eval's per-request results in a results file (``sago_db=FILE``);
 - :mod:`.tasks`: a task YAML with local data as a sago dataset (``--dataset lmeval:task.yaml``);

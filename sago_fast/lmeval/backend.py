@@ -43,6 +43,7 @@ from lm_eval.models.utils import (
 from tqdm.auto import tqdm
 
 from sago_fast.errors import InputError
+from sago_fast.lmeval.arguments import engine_device, preflight, sago_dtype
 from sago_fast.lmeval.records import RequestLog
 from sago_fast.lmeval.requests import group_pairs, passes
 from sago_fast.runtime.batching import BatchPolicy
@@ -51,35 +52,8 @@ from sago_fast.runtime.shared_prefix import common_heads
 
 log = logging.getLogger(__name__)
 
-DTYPES = {"float32": "fp32", "fp32": "fp32", "float16": "fp16", "fp16": "fp16", "half": "fp16"}
 DEFAULT_MAX_GEN_TOKS = 256  # lm-eval hf's default
 IGNORED_ARGS = ("trust_remote_code", "parallelize", "use_fast_tokenizer", "revision")
-
-
-def sago_dtype(dtype: str | None) -> str | None:
-    """lm-eval's ``dtype`` (``float32``, ``float16``, ``auto``) as sago's (``fp32``, ``fp16``, device default)."""
-    if dtype is None or str(dtype) == "auto":
-        return None
-    try:
-        return DTYPES[str(dtype)]
-    except KeyError:
-        raise InputError(
-            f"model_args dtype={dtype}: the sago backend runs {', '.join(sorted(set(DTYPES)))} or auto"
-        ) from None
-
-
-def engine_device(device: str | None) -> str:
-    """lm-eval's ``device`` as sago's: ``cuda``/``cuda:N`` is CUDA where it runs and else CPU with a
-    warning (as lm-eval's ``hf`` backend does; lm-eval's own default is ``cuda:0``); ``cpu``; ``auto``."""
-    from sago_fast.runtime.session import cuda_runs
-
-    name = str(device or "cpu")
-    if not name.startswith("cuda"):
-        return name
-    ok, reason = cuda_runs()
-    if not ok:
-        log.warning("device %s asked, but %s: running on CPU", name, reason)
-    return "cuda" if ok else "cpu"
 
 
 def say_cut(n_cut: int, n_requests: int, max_length: int) -> None:
@@ -135,8 +109,6 @@ class SagoLM(TemplateLM):
                 "device, dtype, batch_size, cache_dir, max_length, add_bos_token, prefix_token_id, "
                 "sago_db, token_budget, allow_pickle)"
             )
-        from sago_fast.lmeval.each import preflight
-
         preflight(cache_dir, sago_db, batch_size)  # before any export or load
         device = engine_device(device)
         checkpoint = resolve_checkpoint(str(pretrained), base=base, allow_pickle=bool(allow_pickle))

@@ -18,6 +18,7 @@ from typing import Any
 
 from sago_fast.errors import InputError, SagoError
 from sago_fast.lmeval import MODEL_NAMES
+from sago_fast.lmeval.arguments import check_batch_size, preflight
 from sago_fast.lmeval.environment import environment_report_reused
 from sago_fast.lmeval.task_index import task_index_reused
 from sago_fast.lmeval.torch_left_out import torch_left_out
@@ -120,19 +121,6 @@ def lmeval_argvs(argv: Sequence[str]) -> list[tuple[str, list[str]]]:
     ]
 
 
-BATCH_SIZE = re.compile(r"auto(:\d+)?|[1-9]\d*")
-
-
-def check_batch_size(value: str) -> None:
-    """lm-eval's batch size for the sago backend: a whole number >= 1 (prompts per ORT call at most),
-    ``auto`` or ``auto:N`` (sago's token budget); InputError (one line) before any work otherwise."""
-    if not BATCH_SIZE.fullmatch(value.strip()):
-        raise InputError(
-            f"--batch_size {value!r}: the sago backend takes a whole number >= 1 (prompts per call at most), "
-            "auto or auto:N (its own token budget)"
-        )
-
-
 LIGHT_ARGS = {"device", "dtype", "batch_size", "cache_dir", "max_length", "add_bos_token", "prefix_token_id"}
 LIGHT_ARGS |= {"sago_db", "token_budget"}  # model arguments that leave what is exported unchanged
 
@@ -144,7 +132,7 @@ def start_light_if_cached(runs: Sequence[tuple[str, list[str]]]) -> bool:
     the device's default, a checkpoint that does not resolve): nothing is changed and the run reports as
     it would. Returns whether torch is left out of the tokenizers."""
     from sago_fast.checkpoints.resolve import resolve_checkpoint, resolve_each
-    from sago_fast.lmeval.backend import engine_device, sago_dtype
+    from sago_fast.lmeval.arguments import engine_device, sago_dtype
     from sago_fast.runtime.light import start_without_torch_if_exported
     from sago_fast.runtime.session import resolve_device
     from sago_fast.types import ExportSettings
@@ -173,20 +161,6 @@ def start_light_if_cached(runs: Sequence[tuple[str, list[str]]]) -> bool:
         return False
     device_of_all, cache_dir = settings.pop()
     return start_without_torch_if_exported(checkpoints, device_of_all, cache_dir)
-
-
-def preflight(cache_dir: str | None, sago_db: str | None, batch_size: int | str | None) -> None:
-    """What ``sago run`` checks before any work, for the backend's arguments: the export cache can be
-    written, ``sago_db`` is a results file sago may write (not a foreign database), and the batch size
-    is one the backend takes (one line naming the argument)."""
-    from sago_fast.paths import check_cache_writable
-    from sago_fast.store.store import check_results_file
-
-    check_cache_writable(cache_dir, flag="model_args cache_dir")
-    if sago_db:
-        check_results_file(sago_db, "model_args sago_db")
-    if batch_size is not None:
-        check_batch_size(str(batch_size))
 
 
 def check_before_work(argv: Sequence[str]) -> None:

@@ -269,5 +269,5 @@ def test_stats_and_report_commands(run_db, tmp_path):
         _assert_one_line_error(sago(command, "--db", str(tmp_path / "nope.duckdb")), "no such database")
     _assert_one_line_error(sago("stats", "--db", str(copy), "--run", "nope"), "no run 'nope'")
     _assert_one_line_error(
-        sago("stats", "--db", str(copy), "--resamples", "5"), "n_resamples must be at least 100"
+        sago("stats", "--db", str(copy), "--resamples", "5"), "--resamples (n_resamples) must be at least 100"
     )

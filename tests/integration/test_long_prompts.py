@@ -15,6 +15,7 @@ from sago_fast.run.pipeline import UnitsFailedError
 from sago_fast.runtime.scoring import encode_pair, fit_to_context
 from sago_fast.store import Store
 from sago_fast.store.queries import summary_rows
+from sago_fast.store.reads import RunReads
 
 LIMIT = 512  # the test checkpoints' positions (conftest.TEST_SIZE)
 OPTIONS = ["red", "green light", "blue"]
@@ -63,10 +64,12 @@ def test_a_long_item_is_cut_recorded_and_scored_as_lm_eval(tmp_path, checkpoints
             "AND m.answer_mode = 'cloze' ORDER BY o.example_id, v.is_canonical, o.replicate"
         )
         columns, summary = summary_rows(store, result.run_id)
+        counted = RunReads(store, result.run_id).prompts_cut()  # what `sago stats` says
     cut = {(r[0], r[1], r[2]): r[4] for r in rows}
     assert all(n == 0 for (example, _, _), n in cut.items() if example != "q1")
     assert all(n > 0 for (example, _, _), n in cut.items() if example == "q1")
     assert columns[-1] == "prompts_cut" and summary[0][-1] == 2  # both long renderings, replicate 0
+    assert (counted["n"], counted["replicates"]) == (sum(n > 0 for n in cut.values()), 1) == (3, 1)
 
     tokenizer = AutoTokenizer.from_pretrained(checkpoints["llama"])
     hf = AutoModelForCausalLM.from_pretrained(

@@ -100,5 +100,5 @@ def test_sago_threads_sets_the_threads_of_sessions_that_leave_them_open(
     )
     assert done.returncode == 2
     assert done.stderr.strip() == (
-        "sago: error: $SAGO_THREADS must be a whole number of threads >= 0 (0: every core), not 'two'"
+        "sago: error: $SAGO_THREADS must be a whole number of threads from 0 to 1024 (0: every core), not 'two'"
     )

@@ -163,6 +163,7 @@ def chunk_rows(chunk, ids, state):
 def test_chunks_commit_once_resume_and_finish(tmp_path, sink_kind):
     """Both sinks: a chunk is written once, what is committed is read back in order for a resume, and
     finishing the unit keeps the chunk records but drops their partial state."""
+    from sago_fast.run.claims import PlannedUnit
     from sago_fast.run.merge import merge_shards
     from sago_fast.run.sinks import DuckDBSink, ParquetShardSink
     from sago_fast.store.rows import unit_columns
@@ -171,7 +172,7 @@ def test_chunks_commit_once_resume_and_finish(tmp_path, sink_kind):
     if sink_kind == "duckdb":
         sink = DuckDBSink(tmp_path / "r.duckdb", run_row)
     else:
-        sink = ParquetShardSink(tmp_path / "shards", run_row, ["u"])
+        sink = ParquetShardSink(tmp_path / "shards", run_row, [PlannedUnit("u", 0, "ckpt", "data", 3)])
     assert sink.chunks_done("r", "u").n_chunks == 0
     assert sink.write_chunk("r", "u", 0, chunk_rows(0, ["a", "b"], b"first"))
     assert not sink.write_chunk("r", "u", 0, chunk_rows(0, ["a", "b"], b"again"))  # once only
