@@ -188,9 +188,9 @@ def answering(folder: Path, data: Path, cache: Path, families: tuple[str, ...] |
     """:class:`Answering` of the run on ``data`` (its plan, one variant per family of ``families``, None:
     every family, every item)."""
     import sago_fast
+    from sago_fast.answers.answering import answer_chunk
     from sago_fast.run.config import RunConfig
     from sago_fast.run.plan import plan_run
-    from sago_fast.runtime.answering import answer_chunk
 
     config = RunConfig(
         models=(str(folder),),
@@ -205,13 +205,13 @@ def answering(folder: Path, data: Path, cache: Path, families: tuple[str, ...] |
     variants = plan.variants[dataset.dataset_id]
     with sago_fast.load_model(folder, cache_dir=cache) as model:
         replayed = ReplayedSession(model.session)
-        model.session = replayed
+        model.engine.session = replayed
         try:
             start = time.perf_counter()
             first, again = answer_chunk(model, dataset.examples, variants, config.answer_settings)
             seconds = time.perf_counter() - start - replayed.replay_s
         finally:
-            model.session = replayed._session
+            model.engine.session = replayed._session
         canonical = [v for v in variants if v.is_canonical]
         prompt = sum(len(ids) for ids in model.tokenize([v.prompt for v in [*variants, *canonical]]))
     return Answering(

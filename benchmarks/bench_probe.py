@@ -86,7 +86,7 @@ def main() -> None:
     for bs in args.batch_sizes:
         # same batches for both engines: prompts in order, `bs` at a time
         batches = [token_ids[i : i + bs] for i in range(0, len(token_ids), bs)]
-        sago_model.batch_policy = BatchPolicy(token_budget=1 << 30, max_batch=bs)
+        sago_model.engine.batch_policy = BatchPolicy(token_budget=1 << 30, max_batch=bs)
         ours, ref = ort_probe(sago_model, batches[:2]), hf_probe(hf_model, batches[:2], pad_id)
         for o, r in zip(ours, ref, strict=True):
             for name in ("hidden_last", "hidden_mean", "next_logprobs"):

@@ -45,11 +45,11 @@ from scipy.spatial.distance import jensenshannon, pdist
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import sago_fast
+from sago_fast.answers.scoring import encode_pair
 from sago_fast.checkpoints.tiny import TinySize, build_tiny_checkpoint
 from sago_fast.datasets.resolve import load_dataset
 from sago_fast.run import RunConfig, run
 from sago_fast.runtime.batching import left_pad
-from sago_fast.runtime.scoring import encode_pair
 from sago_fast.store import Store
 from sago_fast.variants import VariantConfig, generate_variants
 

@@ -238,7 +238,7 @@ def parity(result: dict[str, Any], device: str, work: Path) -> None:
                     "arch": arch,
                     "dtype": dtype,
                     "provider": model.provider,
-                    "io_binding": model.io_binding_device,
+                    "io_binding": model.engine.io_binding_device,
                     "max_abs_diff": diffs,
                     "limit": limit,
                     "within": all(diffs[n] <= limit[n] for n in diffs),

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -31,6 +31,9 @@ from sago_fast.errors import InputError
 from sago_fast.runinfo import package_versions
 
 log = logging.getLogger(__name__)
+
+if TYPE_CHECKING:
+    from sago_fast.runtime.model import SagoModel
 SCHEMA = "sago-bench/1"
 
 
@@ -126,7 +129,7 @@ def _current_rss_mib() -> float:
     return _peak_rss_mib()
 
 
-def export_facts(model: Any, load_seconds: float, session_rss_mib: float) -> dict[str, Any]:
+def export_facts(model: SagoModel, load_seconds: float, session_rss_mib: float) -> dict[str, Any]:
     """Export/load time, cache bytes against the weight bytes at the export dtype, resident memory.
 
     A re-weighted entry's hard link to its checkpoint's safetensors file is counted apart
@@ -157,7 +160,7 @@ def export_facts(model: Any, load_seconds: float, session_rss_mib: float) -> dic
 
 
 def scoring_facts(
-    model: Any, vocab: int, seed: int, prompt_len: int = 64, options: int = 4
+    model: SagoModel, vocab: int, seed: int, prompt_len: int = 64, options: int = 4
 ) -> dict[str, Any]:
     """Tokens through the model per 4-option multiple-choice variant (3-token options) with one prefill
     per prompt, against the prompt length (each (prompt, option) pair as a whole sequence: 1 + options)."""
@@ -246,10 +249,10 @@ class _Bench:
         from sago_fast.exporters.unified import pooled_forward
         from sago_fast.runtime.batching import BatchPolicy
 
-        sago, config = self.sago, self.config
+        config = self.config
+        sago = self.sago.configured(batch_policy=BatchPolicy(token_budget=batch * seq_len, max_batch=batch))
         ids = self.rng.integers(LOW_ID, self.vocab, size=(batch, seq_len)).tolist()
         m = Measurement("probe", batch, seq_len, batch * seq_len, batch)
-        sago.batch_policy = BatchPolicy(token_budget=batch * seq_len, max_batch=batch)
         tensor = torch.tensor(ids, device=self.torch_device)
         mask = torch.ones_like(tensor)
 
@@ -282,11 +285,12 @@ class _Bench:
         from sago_fast.runtime.batching import BatchPolicy
         from sago_fast.runtime.generate import GenerationSettings
 
-        sago, config, hf = self.sago, self.config, self.hf
+        config, hf = self.config, self.hf
+        policy = BatchPolicy(token_budget=batch * (seq_len + config.gen_tokens), max_batch=batch)
+        sago = self.sago.configured(batch_policy=policy)
         ids = self.rng.integers(LOW_ID, self.vocab, size=(batch, seq_len)).tolist()
         m = Measurement("generation", batch, seq_len, batch * config.gen_tokens, batch)
         settings = GenerationSettings(max_new_tokens=config.gen_tokens, stop=(), stop_at_eos=False)
-        sago.batch_policy = BatchPolicy(token_budget=batch * (seq_len + config.gen_tokens), max_batch=batch)
         tensor = torch.tensor(ids, device=self.torch_device)
 
         def sago_generate(ids=ids, settings=settings):

@@ -19,3 +19,5 @@ DB_READ_WAIT_S = 30.0  # a reader (query, stats, report, status) waits this long
 DB_WRITE_WAIT_S = 600.0  # a writer (a run's commit) waits this long, at most ($SAGO_DB_WAIT sets both)
 HEARTBEAT_S = 10.0  # a writing process records that it is alive this often
 STALE_AFTER_S = 120.0  # a claim without a heartbeat for this long is taken over (its chunks are kept)
+# prompts sharing at least this many leading tokens prefill them once (runtime/prefill/shared_prefix.py)
+MIN_SHARED_TOKENS = 32  # a shorter shared prefix, or a shorter step between cuts, is not worth a pass

@@ -48,7 +48,7 @@ from sago_fast.lmeval.records import RequestLog
 from sago_fast.lmeval.requests import group_pairs, passes
 from sago_fast.runtime.batching import BatchPolicy
 from sago_fast.runtime.generate import GenerationSettings
-from sago_fast.runtime.shared_prefix import common_heads
+from sago_fast.runtime.prefill.shared_prefix import common_heads
 
 log = logging.getLogger(__name__)
 
@@ -121,7 +121,7 @@ class SagoLM(TemplateLM):
         self.model = load_model(
             checkpoint, device, dtype=sago_dtype(dtype), cache_dir=cache_dir, allow_pickle=bool(allow_pickle)
         )
-        self.model.batch_policy = replace(self.model.batch_policy, **caps)
+        self.model = self.model.configured(batch_policy=replace(self.model.batch_policy, **caps))
         self.tokenizer = self.model.tokenizer
         self.add_bos_token = add_bos_token
         self.custom_prefix_token_id = prefix_token_id

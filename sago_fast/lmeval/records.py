@@ -18,16 +18,19 @@ import json
 import os
 import uuid
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sago_fast.store.liveness import utc_now
+
+if TYPE_CHECKING:
+    from sago_fast.runtime.model import SagoModel
 
 
 class RequestLog:
     """Writes each call's requests and results to ``path`` (created if missing; the backend checks it is
     writable before it loads the model)."""
 
-    def __init__(self, path: str | os.PathLike[str], model: Any) -> None:
+    def __init__(self, path: str | os.PathLike[str], model: SagoModel) -> None:
         self.path = str(path)
         self.session_id = uuid.uuid4().hex
         self.model_id = model.model_id

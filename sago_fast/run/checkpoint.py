@@ -13,13 +13,13 @@ import logging
 import time
 import traceback
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from sago_fast.checkpoints.resolve import Checkpoint
 from sago_fast.errors import raise_if_interrupted
 from sago_fast.run.config import RunConfig
-from sago_fast.run.driver import NOTHING_DONE, StopRule, drive_unit
+from sago_fast.run.driver import NOTHING_DONE, StopRule, UnitJob, drive_unit
 from sago_fast.run.plan import Unit
 from sago_fast.run.progress import RunProgress
 from sago_fast.run.records import ChunkRecords, ModelFacts, UnitEnd
@@ -27,6 +27,9 @@ from sago_fast.run.sequential import own_precision
 from sago_fast.runtime.progress import NoProgress
 from sago_fast.store.store import ChunksDone
 from sago_fast.types import Dataset, Variant
+
+if TYPE_CHECKING:
+    from sago_fast.runtime.model import SagoModel
 
 log = logging.getLogger(__name__)
 
@@ -64,22 +67,28 @@ class UnitOutcome:
         return self.end is not None
 
 
+@dataclass(frozen=True)
+class CheckpointJob:
+    """What evaluating the units of one checkpoint needs besides the checkpoint and its units: the
+    datasets and variants by dataset id, the run's settings, where progress goes, the chunks an earlier
+    invocation committed per unit id (those examples are not answered again), when a sequential unit stops
+    (:class:`~sago_fast.run.driver.UnitJob`), ONNX Runtime's intra-op threads (0: its default) and whether
+    they spin while they wait (:attr:`~sago_fast.runtime.session.SessionOptions.spinning`)."""
+
+    datasets: Mapping[str, Dataset]
+    variants: Mapping[str, list[Variant]]
+    config: RunConfig
+    progress: RunProgress | None = None
+    resume: Mapping[str, ChunksDone] = field(default_factory=dict)
+    stop_rule: StopRule = own_precision
+    session_threads: int = 0
+    spinning: bool = True
+
+
 def evaluate_checkpoint(
-    checkpoint: Checkpoint,
-    units: Iterable[Unit],
-    datasets: dict[str, Dataset],
-    variants: dict[str, list[Variant]],
-    config: RunConfig,
-    session_threads: int = 0,
-    progress: RunProgress | None = None,
-    resume: Mapping[str, ChunksDone] | None = None,
-    stop_rule: StopRule = own_precision,
-    spinning: bool = True,
+    checkpoint: Checkpoint, units: Iterable[Unit], job: CheckpointJob
 ) -> Iterator[ChunkOutcome | UnitOutcome]:
-    """Yield each unit's chunks then its outcome; a checkpoint that cannot be loaded fails all its units.
-    resume: unit id -> the chunks an earlier invocation committed (those examples are not answered again);
-    stop_rule: when a sequential unit stops (:func:`~sago_fast.run.driver.drive_unit`); spinning:
-    :attr:`~sago_fast.runtime.session.SessionOptions.spinning`."""
+    """Yield each unit's chunks then its outcome; a checkpoint that cannot be loaded fails all its units."""
     import sago_fast
     from sago_fast.runtime.session import SessionOptions
 
@@ -88,9 +97,9 @@ def evaluate_checkpoint(
     try:
         model = sago_fast.load_model(
             checkpoint,
-            device=config.device,
-            cache_dir=config.cache_dir,
-            session_options=SessionOptions(intra_op_threads=session_threads, spinning=spinning),
+            device=job.config.device,
+            cache_dir=job.config.cache_dir,
+            session_options=SessionOptions(intra_op_threads=job.session_threads, spinning=job.spinning),
         )
     except Exception as exc:
         raise_if_interrupted(exc)
@@ -102,40 +111,32 @@ def evaluate_checkpoint(
         return
     with model:
         for unit in units:
-            yield from _units_outcomes(
-                model, unit, datasets[unit.dataset_id], variants, config, progress, resume, stop_rule
-            )
+            yield from _units_outcomes(model, unit, job)
 
 
-def _units_outcomes(
-    model: Any,
-    unit: Unit,
-    data: Dataset,
-    variants: dict[str, list[Variant]],
-    config: RunConfig,
-    progress: RunProgress | None,
-    resume: Mapping[str, ChunksDone] | None,
-    stop_rule: StopRule,
-) -> Iterator[ChunkOutcome | UnitOutcome]:
+def _units_outcomes(model: SagoModel, unit: Unit, job: CheckpointJob) -> Iterator[ChunkOutcome | UnitOutcome]:
     """One unit through :func:`~sago_fast.run.driver.drive_unit`: its chunks, then its outcome."""
     where = str(model.checkpoint.display_path)
     start = time.perf_counter()
+    data, config = job.datasets[unit.dataset_id], job.config
     label = f"{model.checkpoint.display_path.name} × {data.name}"
-    model.progress = progress.unit_started(label, unit.unit_id) if progress is not None else NoProgress()
+    shown = job.progress.unit_started(label, unit.unit_id) if job.progress is not None else NoProgress()
+    model = model.configured(progress=shown)  # the unit's passes are shown on its own bar
     facts = ModelFacts.of(model, unit.aliases)
+    unit_job = UnitJob(
+        model,
+        facts,
+        data,
+        job.variants[unit.dataset_id],
+        config.answer_settings,
+        config.stream_settings,
+        config.sequential,
+        done=job.resume.get(unit.unit_id, NOTHING_DONE),
+        stop_rule=job.stop_rule,
+        unit_id=unit.unit_id,
+    )
     try:
-        for record in drive_unit(
-            model,
-            data,
-            variants[unit.dataset_id],
-            config.answer_settings,
-            config.stream_settings,
-            config.sequential,
-            done=(resume or {}).get(unit.unit_id, NOTHING_DONE),
-            stop_rule=stop_rule,
-            unit_id=unit.unit_id,
-            aliases=unit.aliases,
-        ):
+        for record in drive_unit(unit_job):
             if isinstance(record, UnitEnd):
                 end = record
             else:
@@ -147,8 +148,7 @@ def _units_outcomes(
         )
         return
     finally:
-        model.progress.close()
-        model.progress = NoProgress()
+        shown.close()
     if end.stop_reason is not None:
         log.info(
             "%s × %s: sequential unit stopped (%s) after %d of %d examples",

@@ -1,6 +1,6 @@
 """One chunk of a unit: answer its variants and score them.
 
-For each chunk, once :func:`~sago_fast.runtime.answering.answer_chunk` has answered its variants (one
+For each chunk, once :func:`~sago_fast.answers.answering.answer_chunk` has answered its variants (one
 prefill per prompt) and re-run its canonical prompts alone (the replicate pass), :func:`chunk_records`
 runs the registered scorers: item scorers per example,
 layer scorers per activation block, and each dataset scorer's ``partial``; the result is the chunk's
@@ -22,6 +22,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from sago_fast.answers.answering import AnyAnswer, UnitAnswers
+from sago_fast.answers.free_answers import FreeAnswer
+from sago_fast.answers.options import OptionAnswer
 from sago_fast.axes import DATASET_SCORERS, LAYER_SCORERS, ExampleView, scorers_for
 from sago_fast.axes.activation import POOLINGS, sample_size, seeded_sample
 from sago_fast.axes.catalogue import check_metrics, check_written, metric
@@ -35,9 +38,6 @@ from sago_fast.axes.levels import (
 from sago_fast.axes.records import ExampleOutputs, ItemScore, LayerScores, ScoredRows
 from sago_fast.run.records import ChunkRecords, ModelFacts, mode_answer_records, output_records
 from sago_fast.run.stream_settings import StreamSettings
-from sago_fast.runtime.answering import AnyAnswer, UnitAnswers
-from sago_fast.runtime.free_answers import FreeAnswer
-from sago_fast.runtime.options import OptionAnswer
 from sago_fast.types import Example, Variant
 
 if TYPE_CHECKING:

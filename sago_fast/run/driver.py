@@ -3,10 +3,10 @@
 :func:`drive_unit` is the only unit driver. ``sago run`` (in this process, in Ray tasks, in lockstep
 under ``--until-separated``), :func:`evaluate_unit` (library use, tests, the README) all go through it:
 
-1. check that some prompt fits the model (:func:`~sago_fast.runtime.prompting.check_some_fit`; a long one is cut
+1. check that some prompt fits the model (:func:`~sago_fast.answers.prompting.check_some_fit`; a long one is cut
    from the left when answered, lm-eval's rule), plan the chunks (whole examples, as many as the memory budget
    holds; a sequential unit in its visiting order, within its budget) and leave out committed ones;
-2. per chunk: answer it (both passes, :func:`~sago_fast.runtime.answering.answer_chunk`), score it into
+2. per chunk: answer it (both passes, :func:`~sago_fast.answers.answering.answer_chunk`), score it into
    records (:func:`~sago_fast.run.chunk.chunk_records`), then, for a sequential
    unit, feed its followed values to the confidence sequences; yield its :class:`ChunkRecords`;
 3. ask the stop rule after each chunk (a sequential unit); yield a :class:`UnitEnd` last.
@@ -21,6 +21,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from sago_fast.answers.answering import AnswerSettings, answer_chunk
+from sago_fast.answers.prompting import check_some_fit
 from sago_fast.axes.levels import Partial
 from sago_fast.run.chunk import chunk_records, finish_unit, prepare_unit
 from sago_fast.run.records import ChunkRecords, ModelFacts, UnitEnd
@@ -32,16 +34,15 @@ from sago_fast.run.sequential import (
     start_sequence,
 )
 from sago_fast.run.stream_settings import StreamSettings
-from sago_fast.runtime.answering import AnswerSettings, answer_chunk
 from sago_fast.runtime.generate import GenerationSettings
-from sago_fast.runtime.prompting import check_some_fit
 from sago_fast.store import rows as build
 from sago_fast.store.rows import TableRows
 from sago_fast.store.store import ChunksDone
 from sago_fast.types import Dataset, Variant
 
 if TYPE_CHECKING:
-    from sago_fast.runtime.protocol import LanguageModel
+    from sago_fast.answers.protocol import LanguageModel
+    from sago_fast.runtime.model import SagoModel
 
 NOTHING_DONE = ChunksDone(0, (), 0, 0, 0.0)
 
@@ -49,29 +50,34 @@ NOTHING_DONE = ChunksDone(0, (), 0, 0, 0.0)
 StopRule = Callable[[str, SequentialTracker], str | None]
 
 
-def drive_unit(
-    model: LanguageModel,
-    data: Dataset,
-    variants: Sequence[Variant],
-    settings: AnswerSettings,
-    stream: StreamSettings,
-    sequential: SequentialSettings | None = None,
-    *,
-    done: ChunksDone = NOTHING_DONE,
-    stop_rule: StopRule = own_precision,
-    unit_id: str = "",
-    aliases: Sequence[Any] = (),
-) -> Iterator[ChunkRecords | UnitEnd]:
-    """Yield the records of every chunk of the unit not in ``done``, then its :class:`UnitEnd`.
+@dataclass(frozen=True)
+class UnitJob:
+    """Everything one unit's evaluation needs, in one value: the model and what is recorded of it
+    (``facts``, built once), the dataset and its variants, how they are answered (``settings``) and
+    streamed (``stream``), a sequential unit's settings, the chunks an earlier invocation committed
+    (``done``: their examples are not answered again; a sequential unit's tracker is fed their values), when
+    a sequential unit stops (``stop_rule``: asked before its first chunk and after each, after a yield: when
+    the consumer comes back for more) and the unit's id (for the stop rule)."""
 
-    done: the chunks an earlier invocation committed (their examples are not answered again; a sequential
-    unit's tracker is fed their values); stop_rule: when a sequential unit stops, asked before its first
-    chunk and after each (after a yield: when the consumer comes back for more); aliases: every checkpoint
-    name under which the run met this model's content."""
-    facts = ModelFacts.of(model, aliases)
-    ordered, tracker = start_sequence(variants, sequential or SequentialSettings(), done.sequence_values)
+    model: LanguageModel
+    facts: ModelFacts
+    data: Dataset
+    variants: Sequence[Variant]
+    settings: AnswerSettings
+    stream: StreamSettings = field(default_factory=StreamSettings)
+    sequential: SequentialSettings | None = None
+    done: ChunksDone = NOTHING_DONE
+    stop_rule: StopRule = own_precision
+    unit_id: str = ""
+
+
+def drive_unit(job: UnitJob) -> Iterator[ChunkRecords | UnitEnd]:
+    """Yield the records of every chunk of ``job``'s unit not in ``job.done``, then its :class:`UnitEnd`."""
+    model, data, variants, settings, done = job.model, job.data, job.variants, job.settings, job.done
+    facts, stop_rule, unit_id = job.facts, job.stop_rule, job.unit_id
+    ordered, tracker = start_sequence(variants, job.sequential or SequentialSettings(), done.sequence_values)
     check_some_fit(model, data, variants, settings.prompt_format, settings.generation.max_new_tokens)
-    context, chunks = prepare_unit(facts, ordered, stream, frozenset(done.example_ids))
+    context, chunks = prepare_unit(facts, ordered, job.stream, frozenset(done.example_ids))
     examples = {e.example_id: e for e in data.examples}
     stop = stop_rule(unit_id, tracker) if tracker is not None else None  # stopped before an interruption
     for offset, chunk_variants in enumerate(chunks):
@@ -116,7 +122,7 @@ class UnitTables:
 
 
 def evaluate_unit(
-    model: LanguageModel,
+    model: SagoModel,
     data: Dataset,
     variants: Sequence[Variant],
     settings: AnswerSettings | GenerationSettings | None = None,
@@ -132,7 +138,8 @@ def evaluate_unit(
     parts: list[TableRows] = []
     partials: list[dict[str, Partial]] = []
     correct = 0
-    for record in drive_unit(model, data, variants, settings, stream or StreamSettings()):
+    job = UnitJob(model, ModelFacts.of(model), data, variants, settings, stream or StreamSettings())
+    for record in drive_unit(job):
         if isinstance(record, UnitEnd):
             parts.append(build.scored_columns(finish_unit(record.context, partials)))
             n = record.context.n_examples

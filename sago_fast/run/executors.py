@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 from sago_fast.errors import InputError
 from sago_fast.registry import Registry
-from sago_fast.run.checkpoint import ChunkOutcome, UnitOutcome, evaluate_checkpoint
+from sago_fast.run.checkpoint import CheckpointJob, ChunkOutcome, UnitOutcome, evaluate_checkpoint
 from sago_fast.run.config import RunConfig
 from sago_fast.run.plan import Plan, Unit
 from sago_fast.run.progress import RunProgress
@@ -82,9 +82,7 @@ def local_outcomes(work: Work) -> Iterator[Outcome]:
         first = next(units, None)
         if first is None:
             continue
-        yield from evaluate_checkpoint(
-            checkpoint,
-            itertools.chain([first], units),
+        job = CheckpointJob(
             plan.datasets,
             plan.variants,
             work.config,
@@ -93,13 +91,12 @@ def local_outcomes(work: Work) -> Iterator[Outcome]:
             # processes sharing the cores: ONNX Runtime's threads sleep, not spin, while they wait
             spinning=claimer is None or not claimer.shares_cores(),
         )
+        yield from evaluate_checkpoint(checkpoint, itertools.chain([first], units), job)
 
 
-def _ray_task(checkpoint, units, datasets, variants, config, threads, resume) -> Iterator[Outcome]:
+def _ray_task(checkpoint, units, job) -> Iterator[Outcome]:  # type: ignore[no-untyped-def]
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    yield from evaluate_checkpoint(
-        checkpoint, units, datasets, variants, config, session_threads=threads, resume=resume
-    )
+    yield from evaluate_checkpoint(checkpoint, units, job)
 
 
 @EXECUTORS.register("ray")
@@ -124,9 +121,8 @@ def ray_outcomes(work: Work) -> Iterator[Outcome]:
         for checkpoint, group in plan.by_checkpoint(work.units):
             datasets, variants = _subset(plan, group)
             mine = {u.unit_id: resume[u.unit_id] for u in group if u.unit_id in resume}
-            streams.append(
-                task.remote(checkpoint, group, datasets, variants, config, max(1, int(cpus)), mine)
-            )
+            job = CheckpointJob(datasets, variants, config, resume=mine, session_threads=max(1, int(cpus)))
+            streams.append(task.remote(checkpoint, group, job))
         while streams:
             ready, _ = ray.wait(streams, num_returns=1)
             stream: Any = ready[0]  # an ObjectRefGenerator: the next chunk or unit is ready

@@ -15,7 +15,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from sago_fast.errors import InputError
-from sago_fast.run.checkpoint import ChunkOutcome, UnitOutcome, evaluate_checkpoint
+from sago_fast.run.checkpoint import CheckpointJob, ChunkOutcome, UnitOutcome, evaluate_checkpoint
 from sago_fast.run.config import RunConfig
 from sago_fast.run.driver import NOTHING_DONE
 from sago_fast.run.executors import Work
@@ -78,9 +78,7 @@ def lockstep_outcomes(work: Work) -> Iterator[ChunkOutcome | UnitOutcome]:
     streams = []
     for rank, (checkpoint, group) in enumerate(groups):
         group = sorted(group, key=lambda u: dataset_rank[u.dataset_id])
-        outcomes = evaluate_checkpoint(
-            checkpoint,
-            group,
+        job = CheckpointJob(
             plan.datasets,
             plan.variants,
             config,
@@ -88,6 +86,7 @@ def lockstep_outcomes(work: Work) -> Iterator[ChunkOutcome | UnitOutcome]:
             resume=resume,
             stop_rule=monitor.stop_reason,
         )
+        outcomes = evaluate_checkpoint(checkpoint, group, job)
         streams.append(_Stream(rank, group, outcomes, examples=_committed(resume, group[0])))
     while streams:
         stream = min(streams, key=lambda s: s.key(dataset_rank))

@@ -13,14 +13,15 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from sago_fast.answers.options import OptionAnswer
 from sago_fast.axes.confidence import gold_margin
 from sago_fast.axes.levels import Partial, UnitContext
 from sago_fast.axes.records import ScoredRows
-from sago_fast.runtime.options import OptionAnswer
 
 if TYPE_CHECKING:
+    from sago_fast.answers.answering import UnitAnswers
     from sago_fast.run.sequential import ChunkValues, MetricBounds
-    from sago_fast.runtime.answering import UnitAnswers
+    from sago_fast.runtime.model import SagoModel
     from sago_fast.types import Example, Variant
 
 
@@ -208,7 +209,7 @@ class ModelFacts:
         return int(self.manifest["vocab_size"])
 
     @classmethod
-    def of(cls, model: Any, aliases: Sequence[Any] = ()) -> ModelFacts:
+    def of(cls, model: SagoModel, aliases: Sequence[Any] = ()) -> ModelFacts:
         manifest = dict(model.exported.manifest)
         return cls(
             model.model_id, model.checkpoint, manifest, tuple(aliases or (model.checkpoint,)), model.provider

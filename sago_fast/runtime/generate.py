@@ -14,13 +14,14 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from sago_fast import defaults
 from sago_fast.errors import InputError
 from sago_fast.runtime.batching import BatchPolicy, left_pad, plan_batches, run_with_backoff
+from sago_fast.runtime.progress import PassProgress
 
 SEGMENT_IDS = "segment_ids"  # graph input of option blocks (see sago_fast.exporters.unified)
 
@@ -135,32 +136,42 @@ def _present_names(session: object) -> list[str]:
     return [o.name for o in session.get_outputs() if o.name.startswith("present.")]  # type: ignore[attr-defined]
 
 
+class DecodeRunner(Protocol):
+    """What the decode loop needs of the engine's passes (:class:`~sago_fast.runtime.passes.Passes`)."""
+
+    session: Any
+    batch_policy: BatchPolicy
+    progress: PassProgress
+
+    @property
+    def io_binding_device(self) -> str | None: ...
+
+    def shrink_batches(self, failed_size: int) -> None: ...
+
+
 def greedy_generate(
-    session: object,
+    runner: DecodeRunner,
     token_ids: Sequence[Sequence[int]],
     settings: GenerationSettings,
     text: TokenText,
-    *,
-    policy: BatchPolicy = BatchPolicy(),
-    io_binding: str | None = None,
-    on_oom: Callable[[int], None] | None = None,
-    on_batch: Callable[[int, int], None] | None = None,
     on_prefill: PrefillHook | None = None,
 ) -> list[Generation]:
     """Greedy continuations of already tokenised prompts, in input order.
 
-    Prompts are length-bucketed under ``policy`` counting prompt + ``max_new_tokens`` per row; within a
-    batch, rows are left-padded (position ids come from the mask inside the graph), so each row generates
-    what its prompt generates alone. ``io_binding`` ("cuda" or "cpu") keeps the KV cache in ORT-owned
-    device memory between steps (only the chosen token ids are copied to the host); a batch that runs
-    out of device memory is generated as two halves (``on_oom`` hears of the failed size). ``on_batch``
-    hears (prompts done, tokens processed) after every batch; ``on_prefill(batch, ids, mask, outputs)``
-    gets every output of each batch's prompt step (host arrays), before decoding goes on from its cache.
+    Prompts are length-bucketed under ``runner.batch_policy`` counting prompt + ``max_new_tokens`` per
+    row; within a batch, rows are left-padded (position ids come from the mask inside the graph), so each
+    row generates what its prompt generates alone. With IOBinding (``runner.io_binding_device``) the KV
+    cache stays in ORT-owned device memory between steps (only the chosen token ids are copied to the
+    host); a batch that runs out of device memory is generated as two halves (``runner.shrink_batches``
+    hears of the failed size). ``runner.progress`` hears (prompts done, tokens processed) after every
+    batch; ``on_prefill(batch, ids, mask, outputs)`` gets every output of each batch's prompt step (host
+    arrays), before decoding goes on from its cache.
     """
     lengths = np.array([len(ids) + settings.max_new_tokens for ids in token_ids], dtype=np.int64)
     results: list[Generation | None] = [None] * len(token_ids)
-    loop = _DecodeLoop.of(session, settings, text)
-    generate_batch = loop.plain if io_binding is None else functools.partial(loop.bound, device=io_binding)
+    loop = _DecodeLoop.of(runner.session, settings, text)
+    device = runner.io_binding_device
+    generate_batch = loop.plain if device is None else functools.partial(loop.bound, device=device)
 
     def run_batch(batch: np.ndarray) -> None:
         hook = None if on_prefill is None else functools.partial(on_prefill, batch)
@@ -168,11 +179,10 @@ def greedy_generate(
         for i, row in zip(batch, rows, strict=True):
             results[i] = row.generation()
 
-    for batch in plan_batches(lengths, policy):
-        run_with_backoff(run_batch, batch, on_oom)
-        if on_batch is not None:
-            tokens = sum(len(token_ids[i]) + len(results[i].token_ids) for i in batch)  # type: ignore[union-attr]
-            on_batch(len(batch), tokens)
+    for batch in plan_batches(lengths, runner.batch_policy):
+        run_with_backoff(run_batch, batch, runner.shrink_batches)
+        tokens = sum(len(token_ids[i]) + len(results[i].token_ids) for i in batch)  # type: ignore[union-attr]
+        runner.progress.advance(len(batch), tokens)
     return results  # type: ignore[return-value]
 
 

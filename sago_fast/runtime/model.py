@@ -10,9 +10,9 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -22,7 +22,7 @@ from sago_fast.errors import DeviceError, InputError
 from sago_fast.exporters.cache import ExportCache, ExportedModel
 from sago_fast.exporters.optimised_graph import GraphToOpen, graph_to_open, keep_saved_graph
 from sago_fast.runtime.batching import BatchPolicy, left_pad, plan_batches, run_with_backoff
-from sago_fast.runtime.chunked import CPU_PREFILL_CHUNK, run_chunked
+from sago_fast.runtime.engine import PrefillEngine, PromptSet
 from sago_fast.runtime.generate import (
     Generation,
     GenerationSettings,
@@ -31,13 +31,12 @@ from sago_fast.runtime.generate import (
     prefill_feeds,
     takes_segments,
 )
-from sago_fast.runtime.kv_cache import DeviceCache, HostCache, KVCache, RowGather, present_names
+from sago_fast.runtime.passes import CPU_PREFILL_CHUNK
+from sago_fast.runtime.prefill.continuations import first_tokens, score_in_blocks, score_on_prefix
+from sago_fast.runtime.prefill.shared_prefix import prefix_trees
 from sago_fast.runtime.prefilled_generation import generate_from_prefill
-from sago_fast.runtime.prefix import first_tokens, score_in_blocks, score_on_prefix
-from sago_fast.runtime.progress import NoProgress, PassProgress
+from sago_fast.runtime.progress import PassProgress
 from sago_fast.runtime.session import SessionOptions, open_session, resolve_device
-from sago_fast.runtime.shared_prefix import MIN_SHARED_TOKENS, PrefixTree, head_groups, prefix_trees
-from sago_fast.runtime.tree_prefill import prefill_on_head, prefill_trees
 from sago_fast.types import ExportSettings, ProbeResult
 
 log = logging.getLogger(__name__)
@@ -63,29 +62,54 @@ class Prefill:
 
 @dataclass
 class SagoModel:
-    """An exported checkpoint opened in ONNX Runtime. Create it with :func:`sago_fast.load_model`."""
+    """An exported checkpoint opened in ONNX Runtime. Create it with :func:`sago_fast.load_model`.
+
+    ``engine`` runs its graph (:class:`~sago_fast.runtime.engine.PrefillEngine`: the session, batches,
+    KV caches, prefix trees, chunked prefill); :meth:`configured` gives the same model run with another
+    batch policy or progress (the session is shared, nothing is changed on this one)."""
 
     checkpoint: Checkpoint
     exported: ExportedModel
-    session: Any
     tokenizer: Any
-    device: str  # "cpu" or "cuda" (resolved)
     provider: str  # the execution provider that actually runs
-    batch_policy: BatchPolicy = field(default_factory=BatchPolicy)
-    session_options: SessionOptions = field(default_factory=SessionOptions)
-    progress: PassProgress = field(default_factory=NoProgress)  # hears of every batch of every pass
+    engine: PrefillEngine
     pinned: tuple[Any, ...] = ()  # OrtValues the session reads (a LoRA adapter's weights): kept alive
-    # prompts sharing this many leading tokens prefill them once (0: off; see runtime/shared_prefix.py)
-    prefix_sharing: int = MIN_SHARED_TOKENS
-    # prefill passes wider than this many new tokens run in chunks (0: whole; see runtime/chunked.py)
-    prefill_chunk: int = 0
-    _row_gather: RowGather | None = field(default=None, repr=False)  # selects cache rows on the device
+
+    def configured(self, **engine_settings: Any) -> SagoModel:
+        """This model, its engine's ``batch_policy``, ``progress``, ``prefix_sharing`` or ``prefill_chunk``
+        set as given (one session: the copy is as cheap as a dataclass)."""
+        return replace(self, engine=replace(self.engine, **engine_settings))
+
+    @property
+    def session(self) -> Any:
+        return self.engine.session
+
+    @property
+    def device(self) -> str:
+        """ "cpu" or "cuda" (resolved)."""
+        return self.engine.device
+
+    @property
+    def batch_policy(self) -> BatchPolicy:
+        return self.engine.batch_policy
+
+    @property
+    def prefill_chunk(self) -> int:
+        return self.engine.prefill_chunk
+
+    @property
+    def prefix_sharing(self) -> int:
+        return self.engine.prefix_sharing
+
+    @property
+    def progress(self) -> PassProgress:
+        return self.engine.progress
 
     @property
     def has_kv_cache(self) -> bool:
         """Whether the graph has past inputs (else continuations are scored as whole sequences and
         generation is refused)."""
-        return bool(self.exported.manifest.get("kv_cache", True))
+        return self.engine.has_kv_cache
 
     @property
     def model_id(self) -> str:
@@ -106,10 +130,7 @@ class SagoModel:
 
     @property
     def pad_id(self) -> int:
-        for candidate in (self.tokenizer.pad_token_id, self.tokenizer.eos_token_id):
-            if candidate is not None:
-                return int(candidate)
-        return 0  # masked out: any valid id works
+        return self.engine.pad_id
 
     def tokenize(self, texts: Sequence[str], reserve: int = 0) -> list[list[int]]:
         """Token ids with the tokenizer's default encoding; rejects empty prompts and prompts longer than
@@ -155,9 +176,9 @@ class SagoModel:
         """One pass over each prompt, and what is built on its KV cache.
 
         continuations[i]: token lists that continue prompt i exactly (scored on the prompt's cache, see
-        :mod:`sago_fast.runtime.prefix`); generation: also decode greedily from the same cache.
+        :mod:`sago_fast.runtime.prefill.continuations`); generation: also decode greedily from the same cache.
         share_keys[i]: prompts share a prefilled prefix only with prompts of the same key (default: any);
-        see :mod:`sago_fast.runtime.shared_prefix`. heads[i]: how many of prompt i's first tokens it may
+        see :mod:`sago_fast.runtime.prefill.shared_prefix`. heads[i]: how many of prompt i's first tokens it may
         share with prompts of any key (a benchmark's instruction and demonstrations; 0: none; not with
         ``generation``).
         """
@@ -196,29 +217,19 @@ class SagoModel:
             if not needs_cache:  # no continuation of more than one token: no pass on the cache
                 done = first_tokens(out["next_logprobs"], conts)
             elif blocks:
-                cache = self._kv_cache(out)
-                done = score_in_blocks(self._run, cache, mask, out["next_logprobs"], conts, self.pad_id)
+                cache = self.engine.kv_cache(out)
+                done = score_in_blocks(self.engine, cache, mask, out["next_logprobs"], conts)
             else:  # cuts the cache's last column: on the host
-                presents = self._kv_cache(out).host()
-                done = score_on_prefix(
-                    self._run,
-                    presents,
-                    ids,
-                    mask,
-                    out["next_logprobs"],
-                    conts,
-                    self.batch_policy,
-                    self.pad_id,
-                )
+                presents = self.engine.kv_cache(out).host()
+                done = score_on_prefix(self.engine, presents, ids, mask, out["next_logprobs"], conts)
             for row, i in enumerate(batch):
                 scored[i], greedy[i] = done.logprobs[row], done.greedy[row]
             tokens["blocks"] += done.tokens
 
         generations = None
         if generation is None:
-            self._prefill_prompts(
-                token_ids, lengths, share_keys, on_prefill, tokens, needs_cache, heads=heads
-            )
+            prompts = PromptSet(token_ids, lengths, share_keys, heads)
+            self.engine.prefill_prompts(prompts, on_prefill, tokens, needs_cache)
         else:
             generations = self._generate(token_ids, generation, on_prefill, share_keys, tokens)
         processed = tokens["prefill"] + tokens["blocks"]
@@ -246,106 +257,6 @@ class SagoModel:
             greedy[i].append(is_greedy)
         processed = probe.tokens_processed + sum(len(token_ids[i]) + len(c) for i, c in pairs)
         return Prefill(probe.probe, scored, greedy, None, processed)
-
-    def _prefill_prompts(
-        self,
-        token_ids: Sequence[Sequence[int]],
-        lengths: np.ndarray,
-        share_keys: Sequence[str] | None,
-        on_prefill: Callable[..., None],
-        tokens: dict[str, int],
-        cache: bool,
-        trees: Sequence[PrefixTree] | None = None,
-        heads: Sequence[int] | None = None,
-    ) -> None:
-        """Prefill every prompt: those sharing a prefix along their example's prefix tree
-        (:mod:`sago_fast.runtime.tree_prefill`; ``trees``: already planned), the others in planned
-        batches. heads[i]: prompt i's first tokens that prompts of other keys may share (see
-        :func:`~sago_fast.runtime.shared_prefix.head_groups`): each such head that saves more tokens than a
-        call costs (``batch_policy.call_overhead``) is prefilled once and its prompts go on from its
-        cache."""
-        n = len(token_ids)
-        self.progress.start("prefill", n, "prompt")
-
-        def run_batch(batch: np.ndarray) -> None:
-            ids, mask = left_pad([token_ids[i] for i in batch], self.pad_id)
-            out = run_chunked(self, ids, mask, None, cache=cache, chunk=self.prefill_chunk)
-            on_prefill(batch, ids, mask, out)
-
-        keys = list(share_keys) if share_keys is not None else [""] * n
-        groups = (
-            head_groups(token_ids, heads, self.prefix_sharing > 0, self.batch_policy.call_overhead)
-            if heads is not None and self.has_kv_cache
-            else {}
-        )
-        on_heads = {i for members in groups.values() for i in members}
-        others = [i for i in range(n) if i not in on_heads]
-        if trees is None and self.has_kv_cache:
-            found = prefix_trees(
-                [token_ids[i] for i in others], self.prefix_sharing, [keys[i] for i in others]
-            )
-            trees = [t.renumbered(others) for t in found]
-        trees = trees or []
-        in_trees = {i for tree in trees for i in (tree.anchor, *(m for m, _ in tree.members))}
-        alone = np.array([i for i in others if i not in in_trees], dtype=np.int64)
-        if len(alone):
-            batches = [alone[part] for part in plan_batches(lengths[alone], self.batch_policy)]
-            self._run_batches(batches, run_batch, tokens)
-        if trees:
-            prefill_trees(self, token_ids, trees, on_prefill, tokens, cache)
-        for head, members in groups.items():
-            prefill_on_head(self, token_ids, members, len(head), keys, on_prefill, tokens, cache)
-
-    def _run_batches(
-        self, batches: Sequence[np.ndarray], run_batch: Callable[[np.ndarray], None], tokens: dict[str, int]
-    ) -> None:
-        """``run_batch`` on each batch (halved on out of memory); progress hears of prompts and tokens."""
-        for batch in batches:
-            before = tokens["prefill"] + tokens["blocks"]
-            run_with_backoff(run_batch, batch, self._shrink_batches)
-            self.progress.advance(len(batch), tokens["prefill"] + tokens["blocks"] - before)
-
-    def _run(self, feeds: dict[str, Any], *, cache: bool = False) -> dict[str, Any]:
-        """The outputs of one graph call, by name; the KV cache (``present.*``, the largest outputs by far:
-        layers × 2 × batch × heads × length × head size) only when ``cache``, for the passes that continue
-        from it. What is not asked for is never copied out of ONNX Runtime. With IOBinding (CUDA) the cache
-        stays on the device as ONNX Runtime values, and cache feeds may be such values
-        (:mod:`sago_fast.runtime.kv_cache`); every other output comes to the host."""
-        names = [n for n in self._output_names if cache or not n.startswith("present.")]
-        device = self.io_binding_device
-        if device is None:
-            return dict(zip(names, self.session.run(names, feeds), strict=True))
-        binding = self.session.io_binding()
-        for name, value in feeds.items():
-            if isinstance(value, np.ndarray):
-                binding.bind_cpu_input(name, np.ascontiguousarray(value))
-            else:
-                binding.bind_ortvalue_input(name, value)
-        for name in names:
-            binding.bind_output(name, device if name.startswith("present.") else "cpu", 0)
-        self.session.run_with_iobinding(binding)
-        values = dict(zip(names, binding.get_outputs(), strict=True))
-        return {k: v if k.startswith("present.") else v.numpy() for k, v in values.items()}
-
-    def _kv_cache(self, out: dict[str, Any]) -> KVCache:
-        """The ``present.*`` outputs of a pass, where they are: host arrays, or values on the device."""
-        presents = {name: out[name] for name in present_names(out)}
-        if self.io_binding_device is None or any(isinstance(v, np.ndarray) for v in presents.values()):
-            return HostCache(presents)  # (the decode loop's prompt step hands host outputs over)
-        if self._row_gather is None:
-            self._row_gather = RowGather(self.session.get_providers(), self.io_binding_device)
-        return DeviceCache(presents, self._row_gather)
-
-    @property
-    def _output_names(self) -> list[str]:
-        return [o.name for o in self.session.get_outputs()]
-
-    def _shrink_batches(self, failed_size: int) -> None:
-        """After an out-of-memory failure at ``failed_size`` prompts, later batches stay below it."""
-        policy = self.batch_policy
-        smaller = max(1, min(policy.max_batch, failed_size) // 2)
-        self.batch_policy = replace(policy, token_budget=max(1, policy.token_budget // 2), max_batch=smaller)
-        log.warning("batches shrunk after out of memory: %s", self.batch_policy)
 
     def target_logprobs(
         self, token_ids: Sequence[Sequence[int]], n_targets: Sequence[int]
@@ -375,7 +286,7 @@ class SagoModel:
             k = int(wanted[batch].max())
             feeds = prefill_feeds(self.session, ids, mask)
             feeds["target_ids"] = np.ascontiguousarray(ids[:, -k:])
-            result = self._run(feeds)
+            result = self.engine.run(feeds)
             logp, best = result["target_logprobs"], result["target_best"]  # (batch, k) each
             for row, i in enumerate(batch):
                 out[i] = logp[row, k - wanted[i] :].astype(np.float64)
@@ -384,7 +295,7 @@ class SagoModel:
 
         self.progress.start("score", len(token_ids), "pair")
         for batch in plan_batches(lengths, self.batch_policy):
-            run_with_backoff(run_batch, batch, self._shrink_batches)
+            run_with_backoff(run_batch, batch, self.engine.shrink_batches)
             self.progress.advance(len(batch), int(lengths[batch].sum()))
         return out, greedy
 
@@ -431,33 +342,13 @@ class SagoModel:
         longest = max((len(ids) for ids in token_ids), default=0)
         if trees or 0 < self.prefill_chunk < longest:
             counts = tokens if tokens is not None else {"prefill": 0, "blocks": 0}
-            return generate_from_prefill(self, token_ids, settings, text, trees, on_prefill, counts)
+            return generate_from_prefill(self.engine, token_ids, settings, text, trees, on_prefill, counts)
         self.progress.start("generate", len(token_ids), "prompt")
-        return greedy_generate(
-            self.session,
-            token_ids,
-            settings,
-            text,
-            policy=self.batch_policy,
-            io_binding=self.io_binding_device,
-            on_oom=self._shrink_batches,
-            on_batch=self.progress.advance,
-            on_prefill=on_prefill,
-        )
-
-    @property
-    def io_binding_device(self) -> str | None:
-        """Where the decode loop keeps its KV cache between steps: "cuda" on CUDA (IOBinding: only the
-        chosen token ids come back to the host each step), None (plain numpy feeds) on CPU unless
-        ``session_options.io_binding`` forces it."""
-        choice = self.session_options.io_binding
-        if choice == "auto":
-            return "cuda" if self.device == "cuda" else None
-        return None if choice == "off" else self.device
+        return greedy_generate(self.engine, token_ids, settings, text, on_prefill)
 
     def close(self) -> None:
         """Drop the ORT session so its memory is returned before the next model loads."""
-        self.session = None
+        self.engine.session = None
 
     def __enter__(self) -> SagoModel:
         return self
@@ -503,18 +394,25 @@ def load_model(
         session, provider = opening.result()
     if batch_policy is None and resolved == "cuda":
         batch_policy = _policy_for_free_memory(exported.manifest)
-    return SagoModel(
-        checkpoint=ckpt,
-        exported=exported,
-        session=session,
-        tokenizer=tokenizer,
-        device=resolved,
-        provider=provider,
+    engine = PrefillEngine(
+        session,
+        resolved,
+        pad_token_id(tokenizer),
+        bool(exported.manifest.get("kv_cache", True)),
         batch_policy=batch_policy or BatchPolicy(),
         session_options=options,
         prefill_chunk=CPU_PREFILL_CHUNK if resolved == "cpu" else 0,
-        pinned=tuple(pinned.values()),
     )
+    return SagoModel(ckpt, exported, tokenizer, provider, engine, pinned=tuple(pinned.values()))
+
+
+def pad_token_id(tokenizer: Any) -> int:
+    """The id padding is filled with: the tokenizer's pad or end-of-sequence token (masked out: any valid
+    id works, 0 where it has neither)."""
+    for candidate in (tokenizer.pad_token_id, tokenizer.eos_token_id):
+        if candidate is not None:
+            return int(candidate)
+    return 0
 
 
 def _graph_to_open(

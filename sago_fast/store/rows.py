@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import fields
+from dataclasses import dataclass, fields
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
@@ -101,33 +101,24 @@ def chunk_rows(
     ``--until-separated``, the comparisons it grew (``comparisons``: PairBounds)."""
     from sago_fast.axes.levels import pack_partials
 
+    key = UnitKey(run_id, unit_id, model.model_id, data.dataset_id)
+    done = ChunkDone(
+        chunk.index,
+        chunk.example_ids,
+        chunk.n_variants,
+        chunk.n_canonical_correct,
+        chunk.seconds,
+        pack_partials(chunk.partials),
+        None if chunk.followed is None else encode_values(chunk.followed),
+    )
     rows: TableRows = {
         **model_rows(run_id, model, data),
         **with_identity(chunk_tables(data.dataset_id, chunk), run_id, model.model_id, data.dataset_id),
-        "unit_chunks": chunk_columns(
-            run_id,
-            unit_id,
-            model.model_id,
-            data.dataset_id,
-            chunk.index,
-            chunk.example_ids,
-            chunk.n_variants,
-            chunk.n_canonical_correct,
-            chunk.seconds,
-            pack_partials(chunk.partials),
-            None if chunk.followed is None else encode_values(chunk.followed),
-        ),
+        "unit_chunks": chunk_columns(key, done),
     }
     if chunk.bounds:
         rows["confidence_sequences"] = sequence_columns(
-            run_id,
-            unit_id,
-            model.model_id,
-            data.dataset_id,
-            chunk.index,
-            chunk.n_visited,
-            chunk.bounds,
-            settings,
+            key, chunk.index, chunk.n_visited, chunk.bounds, settings
         )
     if comparisons:
         rows["comparison_sequences"] = comparison_sequence_columns(
@@ -149,22 +140,19 @@ def finish_rows(
         **model_rows(run_id, model, data),
         **with_identity(scored_columns(scored), run_id, model.model_id, data.dataset_id),
     }
-    rows["units"] = unit_columns(
-        run_id,
-        unit_id,
-        model.model_id,
-        data.dataset_id,
-        shard=shard,
-        checkpoint=str(model.checkpoint.display_path),
-        n_examples=n,
-        n_variants=chunks.n_variants if sequential else end.n_variants,
-        accuracy=chunks.n_canonical_correct / n if n else float("nan"),
-        seconds=chunks.seconds,
-        provider=model.provider,
-        n_chunks=chunks.n_chunks,
-        stop_reason=end.stop_reason,
-        examples_available=end.n_examples if sequential else None,
+    done = UnitDone(
+        shard,
+        str(model.checkpoint.display_path),
+        n,
+        chunks.n_variants if sequential else end.n_variants,
+        chunks.n_canonical_correct / n if n else float("nan"),
+        chunks.seconds,
+        model.provider,
+        chunks.n_chunks,
+        end.stop_reason,
+        end.n_examples if sequential else None,
     )
+    rows["units"] = unit_columns(UnitKey(run_id, unit_id, model.model_id, data.dataset_id), done)
     return rows
 
 
@@ -315,93 +303,99 @@ def variant_columns(dataset_id: str, variants: Sequence[Variant]) -> Columns:
 
 
 # -- the run's own records --------------------------------------------------------------------------------
-def unit_columns(
-    run_id: str,
-    unit_id: str,
-    model_id: str,
-    dataset_id: str,
-    *,
-    shard: int,
-    checkpoint: str,
-    n_examples: int,
-    n_variants: int,
-    accuracy: float,
-    seconds: float,
-    provider: str,
-    n_chunks: int,
-    stop_reason: str | None = None,
-    examples_available: int | None = None,
-) -> Columns:
-    """The ``units`` row: the unit's done mark, written with its last rows (a sequential unit: why it
-    stopped and how many examples it could have used)."""
+@dataclass(frozen=True)
+class UnitKey:
+    """The identity every row of a unit's own records carries."""
+
+    run_id: str
+    unit_id: str
+    model_id: str
+    dataset_id: str
+
+    def columns(self, n: int) -> Columns:
+        return _repeated(
+            n, run_id=self.run_id, unit_id=self.unit_id, model_id=self.model_id, dataset_id=self.dataset_id
+        )
+
+
+@dataclass(frozen=True)
+class UnitDone:
+    """What a finished unit's ``units`` row says (a sequential unit: why it stopped and how many examples
+    it could have used)."""
+
+    shard: int
+    checkpoint: str
+    n_examples: int
+    n_variants: int
+    accuracy: float
+    seconds: float
+    provider: str
+    n_chunks: int
+    stop_reason: str | None = None
+    examples_available: int | None = None
+
+
+@dataclass(frozen=True)
+class ChunkDone:
+    """What a committed chunk's ``unit_chunks`` row says (``state``: its dataset scorers' partials;
+    ``sequence_values``: a sequential unit's followed values, JSON)."""
+
+    chunk: int
+    example_ids: Sequence[str]
+    n_variants: int
+    n_canonical_correct: int
+    seconds: float
+    state: bytes
+    sequence_values: str | None = None
+
+
+def unit_columns(key: UnitKey, done: UnitDone) -> Columns:
+    """The ``units`` row: the unit's done mark, written with its last rows."""
     return {
-        "run_id": [run_id],
-        "unit_id": [unit_id],
-        "model_id": [model_id],
-        "dataset_id": [dataset_id],
-        "shard": [shard],
-        "checkpoint": [checkpoint],
+        **key.columns(1),
+        "shard": [done.shard],
+        "checkpoint": [done.checkpoint],
         "status": ["done"],
-        "n_examples": [n_examples],
-        "n_variants": [n_variants],
-        "accuracy": [float(accuracy)],
-        "seconds": [float(seconds)],
-        "provider": [provider],
+        "n_examples": [done.n_examples],
+        "n_variants": [done.n_variants],
+        "accuracy": [float(done.accuracy)],
+        "seconds": [float(done.seconds)],
+        "provider": [done.provider],
         "finished_at": [now()],
-        "n_chunks": [n_chunks],
-        "stop_reason": [stop_reason],
-        "examples_available": [examples_available],
+        "n_chunks": [done.n_chunks],
+        "stop_reason": [done.stop_reason],
+        "examples_available": [done.examples_available],
     }
 
 
-def chunk_columns(
-    run_id: str,
-    unit_id: str,
-    model_id: str,
-    dataset_id: str,
-    chunk: int,
-    example_ids: Sequence[str],
-    n_variants: int,
-    n_canonical_correct: int,
-    seconds: float,
-    state: bytes,
-    sequence_values: str | None = None,
-) -> Columns:
-    """The ``unit_chunks`` row of a committed chunk (``state``: its dataset scorers' partials;
-    ``sequence_values``: a sequential unit's followed values, JSON)."""
+def chunk_columns(key: UnitKey, chunk: ChunkDone) -> Columns:
+    """The ``unit_chunks`` row of a committed chunk."""
     return {
-        "run_id": [run_id],
-        "unit_id": [unit_id],
-        "chunk": [chunk],
-        "model_id": [model_id],
-        "dataset_id": [dataset_id],
-        "example_ids": [list(example_ids)],
-        "n_examples": [len(example_ids)],
-        "n_variants": [n_variants],
-        "n_canonical_correct": [n_canonical_correct],
-        "seconds": [float(seconds)],
+        "run_id": [key.run_id],
+        "unit_id": [key.unit_id],
+        "chunk": [chunk.chunk],
+        "model_id": [key.model_id],
+        "dataset_id": [key.dataset_id],
+        "example_ids": [list(chunk.example_ids)],
+        "n_examples": [len(chunk.example_ids)],
+        "n_variants": [chunk.n_variants],
+        "n_canonical_correct": [chunk.n_canonical_correct],
+        "seconds": [float(chunk.seconds)],
         "finished_at": [now()],
-        "state": [state],
-        "sequence_values": [sequence_values],
+        "state": [chunk.state],
+        "sequence_values": [chunk.sequence_values],
     }
 
 
 def sequence_columns(
-    run_id: str,
-    unit_id: str,
-    model_id: str,
-    dataset_id: str,
-    chunk: int,
-    n_examples: int,
-    bounds: Sequence[Any],
-    settings: Any,
+    key: UnitKey, chunk: int, n_examples: int, bounds: Sequence[Any], settings: Any
 ) -> Columns:
     """``confidence_sequences`` rows of one chunk: each followed metric's sequence after it (``bounds``:
     :class:`~sago_fast.run.sequential.MetricBounds`; ``n_examples``: visited so far; ``settings``: the
     unit's :class:`~sago_fast.run.sequential.SequentialSettings`)."""
     n = len(bounds)
     return {
-        **_repeated(n, run_id=run_id, unit_id=unit_id, model_id=model_id, dataset_id=dataset_id),
+        **key.columns(n),
         **_repeated(n, chunk=chunk, n_examples=n_examples),
         "metric": [b.metric for b in bounds],
         "n_values": [b.n for b in bounds],

@@ -29,7 +29,7 @@ def template_accuracy(model, examples: Sequence[Example], template: int) -> floa
     """Accuracy of the canonical rendering with instruction ``template``: lm-eval-style option scoring
     (argmax over options of loglik(prompt, " " + option); ties → lowest index) for tasks with options,
     greedy generation + normalised exact match for generation tasks (as in ``sago run``)."""
-    from sago_fast.runtime.answering import answer_all
+    from sago_fast.answers.answering import answer_all
     from sago_fast.runtime.generate import GenerationSettings
 
     variants = []

@@ -101,10 +101,12 @@ def _train(
         target_modules=list(config.targets),
         lora_dropout=0.0,
     )
-    model: Any = peft.get_peft_model(base_model, lora)
-    model.peft_config["default"].base_model_name_or_path = str(base)
-    model.train()
-    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=config.learning_rate)
+    adapted: Any = peft.get_peft_model(base_model, lora)
+    adapted.peft_config["default"].base_model_name_or_path = str(base)
+    adapted.train()
+    optimizer = torch.optim.AdamW(
+        [p for p in adapted.parameters() if p.requires_grad], lr=config.learning_rate
+    )
     rng = np.random.default_rng(config.seed)
     root.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}.", dir=root.parent))
@@ -114,7 +116,7 @@ def _train(
         for step in range(1, max(config.save_steps) + 1):
             batch = [encoded[i] for i in rng.integers(0, len(encoded), size=config.batch_size)]
             input_ids, labels, mask = collate(batch, pad)
-            loss = model(input_ids=input_ids, attention_mask=mask, labels=labels).loss
+            loss = adapted(input_ids=input_ids, attention_mask=mask, labels=labels).loss
             loss.backward()
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
@@ -122,7 +124,7 @@ def _train(
             history.append({"step": step, "loss": float(loss.detach())})
             if step in config.save_steps:
                 member = tmp / f"checkpoint-{step}"
-                model.save_pretrained(member, safe_serialization=True)
+                adapted.save_pretrained(member, safe_serialization=True)
                 state = {"global_step": step, "num_input_tokens_seen": tokens_seen, "log_history": history}
                 (member / "trainer_state.json").write_text(json.dumps(state, indent=2), encoding="utf-8")
                 log.info("lora: step %d loss %.3f -> %s", step, history[-1]["loss"], member.name)

@@ -101,7 +101,7 @@ def render_training_text(example: Example, template: int) -> tuple[str, str]:
 
 def _encode(tokenizer, pairs: list[tuple[str, str]]) -> list[tuple[list[int], int]]:
     """Token ids of prompt + answer + EOS, and where the answer starts."""
-    from sago_fast.runtime.scoring import encode_pair
+    from sago_fast.answers.scoring import encode_pair
 
     out = []
     for prompt, answer in pairs:

@@ -57,7 +57,7 @@ def test_fp16_cuda_probe_matches_hf_eager_fp16(arch, checkpoints, cache_dir):
 @pytest.mark.parametrize("arch", ["llama", "qwen2", "phi3", "gemma"])
 def test_fp32_cuda_probe_and_generation_match_hf(arch, checkpoints, cache_dir):
     model = sago_fast.load_model(checkpoints[arch], device="cuda", dtype="fp32", cache_dir=cache_dir)
-    assert model.io_binding_device == "cuda"
+    assert model.engine.io_binding_device == "cuda"
     token_ids = model.tokenize(TEXTS)
     got = model.probe_ids(token_ids)
     ref = hf_pooled(checkpoints[arch], token_ids, model.pad_id, torch.float32)

@@ -47,7 +47,7 @@ def test_iobinding_decode_loop_equals_the_numpy_loop(checkpoints, cache_dir):
     bound = sago_fast.load_model(
         checkpoints["qwen2"], cache_dir=cache_dir, session_options=SessionOptions(io_binding="on")
     )
-    assert plain.io_binding_device is None and bound.io_binding_device == "cpu"
+    assert plain.engine.io_binding_device is None and bound.engine.io_binding_device == "cpu"
     for settings in (
         GenerationSettings(max_new_tokens=9, stop=()),
         GenerationSettings(max_new_tokens=9, stop=("e",)),
@@ -75,7 +75,7 @@ def test_out_of_memory_backs_off_and_gives_the_same_numbers(checkpoints, cache_d
     ref_scores = model.target_logprobs([[5, 6, 7, 8], [9, 10, 11], [12, 13, 14, 15, 16]], [2, 1, 3])
     ref_generations = model.generate(PROMPTS, GenerationSettings(max_new_tokens=4, stop=()))
 
-    model.session = FakeOOMSession(model.session, limit=2)
+    model.engine.session = FakeOOMSession(model.session, limit=2)
     got = model.probe(PROMPTS)
     assert model.session.failures and max(model.session.failures) == 5
     np.testing.assert_allclose(got.hidden_last, reference.hidden_last, atol=1e-5)  # other padding
@@ -83,8 +83,8 @@ def test_out_of_memory_backs_off_and_gives_the_same_numbers(checkpoints, cache_d
     assert model.batch_policy.max_batch < 8  # later batches stay below the size that failed
     assert model.batch_policy.call_overhead == 300  # the rest of the policy is kept
 
-    model.batch_policy = BatchPolicy(max_batch=8)
-    model.session = FakeOOMSession(model.session.real, limit=1)
+    model.engine.batch_policy = BatchPolicy(max_batch=8)
+    model.engine.session = FakeOOMSession(model.session.real, limit=1)
     for a, b in zip(
         model.target_logprobs([[5, 6, 7, 8], [9, 10, 11], [12, 13, 14, 15, 16]], [2, 1, 3]),
         ref_scores,
@@ -92,13 +92,13 @@ def test_out_of_memory_backs_off_and_gives_the_same_numbers(checkpoints, cache_d
     ):
         np.testing.assert_allclose(a, b, atol=1e-5)
 
-    model.batch_policy = BatchPolicy(max_batch=8)
-    model.session = FakeOOMSession(model.session.real, limit=2)
+    model.engine.batch_policy = BatchPolicy(max_batch=8)
+    model.engine.session = FakeOOMSession(model.session.real, limit=2)
     assert_same_generations(
         model.generate(PROMPTS, GenerationSettings(max_new_tokens=4, stop=())), ref_generations
     )
 
-    model.session = FakeOOMSession(model.session.real, limit=0)  # not even one prompt fits
+    model.engine.session = FakeOOMSession(model.session.real, limit=0)  # not even one prompt fits
     with pytest.raises(DeviceError, match="out of device memory on a single prompt"):
         model.probe(["a"])
 
@@ -112,7 +112,7 @@ def test_other_errors_are_not_taken_for_out_of_memory(checkpoints, cache_dir):
         def run(self, names, feeds):
             raise RuntimeError("Invalid rank for input: input_ids")
 
-    model.session = Broken(model.session, limit=10)
+    model.engine.session = Broken(model.session, limit=10)
     with pytest.raises(RuntimeError, match="Invalid rank"):
         model.probe(PROMPTS)
 
@@ -159,12 +159,12 @@ def test_option_blocks_and_shared_prefixes_keep_the_cache_in_ort_memory(arch, ch
         checkpoints[arch], cache_dir=cache_dir, session_options=SessionOptions(io_binding="on")
     )
     for model in (plain, bound):
-        model.prefix_sharing = 4  # the SHARED prompts share far more than 4 leading tokens
+        model.engine.prefix_sharing = 4  # the SHARED prompts share far more than 4 leading tokens
     ids = bound.tokenize(SHARED)
     conts = [[[7, 8, 9], [10], [11, 12]] for _ in SHARED]
     made: list[type] = []
-    original = bound._kv_cache
-    bound._kv_cache = lambda out: made.append(type(original(out))) or original(out)
+    original = bound.engine.kv_cache
+    bound.engine.kv_cache = lambda out: made.append(type(original(out))) or original(out)
     gathered: list[int] = []
     gather = kv_cache.RowGather.__call__
     kv_cache.RowGather.__call__ = lambda self, value, idx: (

@@ -246,7 +246,7 @@ def test_contexts_that_open_alike_go_on_from_one_prefill_of_their_opening(
             requests.append((None, context, lm.tok_encode(answer, add_special_tokens=False)))
     assert len({tuple(c[:4]) for _, c, _ in requests}) == 1
     shared = lm._loglikelihood_tokens(requests, disable_tqdm=True)
-    lm.model.prefix_sharing = 0  # every context from its first token
+    lm.model.engine.prefix_sharing = 0  # every context from its first token
     whole = lm._loglikelihood_tokens(requests, disable_tqdm=True)
     np.testing.assert_allclose([v for v, _ in shared], [v for v, _ in whole], atol=1e-4, rtol=0)
     assert [g for _, g in shared] == [g for _, g in whole]
@@ -490,9 +490,9 @@ def test_renderings_of_a_few_shot_task_share_its_head_across_items(tasks, checkp
     from dataclasses import replace
 
     import sago_fast
+    from sago_fast.answers.options import ANSWER_MODES, answer_modes_prefilled
+    from sago_fast.answers.prompting import PromptFormat, model_prompts
     from sago_fast.datasets.resolve import load_dataset
-    from sago_fast.runtime.options import ANSWER_MODES, answer_modes_prefilled
-    from sago_fast.runtime.prompting import PromptFormat, model_prompts
 
     docs = tmp_path / "sums.jsonl"  # short items: every prompt fits the tiny model's positions
     with docs.open("w", encoding="utf-8") as out:

@@ -10,9 +10,9 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from sago_fast.answers.scoring import encode_pair, fit_to_context
 from sago_fast.run import RunConfig, run
 from sago_fast.run.pipeline import UnitsFailedError
-from sago_fast.runtime.scoring import encode_pair, fit_to_context
 from sago_fast.store import Store
 from sago_fast.store.queries import summary_rows
 from sago_fast.store.reads import RunReads

@@ -9,9 +9,9 @@ from transformers import AutoModelForCausalLM
 
 import sago_fast
 from sago_fast.checkpoints.tiny import ARCHITECTURES
-from sago_fast.runtime import prefix
 from sago_fast.runtime.batching import BatchPolicy
 from sago_fast.runtime.generate import GenerationSettings, takes_segments
+from sago_fast.runtime.prefill import continuations as prefix
 
 PROMPTS = [[5, 6, 7, 8, 9, 10, 11], [12, 13], [14, 15, 16, 17]]
 CONTINUATIONS = [[[20], [21, 22, 23], [24, 25]], [[26, 27, 28, 29], [30]], [[31, 32], [33, 34, 35, 36, 37]]]
@@ -78,9 +78,9 @@ def test_one_token_continuations_need_no_pass_on_the_cache(arch, checkpoints, ca
     )
     continuations = [[[20], [21], [22], [23]], [[30], []], [[31], [32]]]
     asked = []
-    run = model._run
+    run = model.engine.run
     monkeypatch.setattr(
-        model, "_run", lambda feeds, cache=False: asked.append(cache) or run(feeds, cache=cache)
+        model.engine, "run", lambda feeds, cache=False: asked.append(cache) or run(feeds, cache=cache)
     )
     result = model.prefill(PROMPTS, continuations)
     assert asked and not any(asked)  # prefill passes only, none of them handing out its cache

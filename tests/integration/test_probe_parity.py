@@ -81,7 +81,7 @@ def test_small_token_budget_gives_same_numbers(checkpoints, cache_dir):
 
     model = sago_fast.load_model(checkpoints["qwen2"], cache_dir=cache_dir)
     big = model.probe(TEXTS * 3)
-    model.batch_policy = BatchPolicy(token_budget=24, max_batch=2)
+    model.engine.batch_policy = BatchPolicy(token_budget=24, max_batch=2)
     small = model.probe(TEXTS * 3)
     np.testing.assert_allclose(big.hidden_mean, small.hidden_mean, atol=TOL)
     np.testing.assert_allclose(big.next_logprobs, small.next_logprobs, atol=TOL)

@@ -29,7 +29,7 @@ class Recorder:
 
 def test_every_pass_reports_all_its_items(checkpoints, cache_dir):
     model = sago_fast.load_model(checkpoints["llama"], cache_dir=cache_dir, batch_policy=BatchPolicy(512, 4))
-    model.progress = recorder = Recorder()
+    model.engine.progress = recorder = Recorder()
     mc = load_dataset("capitals", limit=3)
     variants = generate_variants(mc.examples, VariantConfig(families=("typo",), k=1))
     evaluate_unit(model, mc, variants)

@@ -15,11 +15,11 @@ import pytest
 import torch
 
 import sago_fast
+from sago_fast.answers.options import answer_modes
+from sago_fast.answers.prompting import PromptFormat, model_prompts
 from sago_fast.checkpoints.gguf import gguf_source, read_gguf_info
 from sago_fast.checkpoints.resolve import resolve_checkpoint
 from sago_fast.datasets.resolve import load_dataset
-from sago_fast.runtime.options import answer_modes
-from sago_fast.runtime.prompting import PromptFormat, model_prompts
 from sago_fast.variants import VariantConfig, generate_variants
 from tests.real_model import GGUF, needs_smol
 

@@ -73,7 +73,7 @@ def test_reweighted_graph_equals_a_fresh_export(arch, tmp_path, tokenizer):
 
     session = ort.InferenceSession(str(standalone / "model.onnx"), providers=["CPUExecutionProvider"])
     with sago_fast.load_model(second, cache_dir=tmp_path / "fresh-cache") as fresh:
-        fresh.session = session
+        fresh.engine.session = session
         assert_same(got, outputs(fresh))
 
 

@@ -13,9 +13,9 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from sago_fast.answers.scoring import encode_pair
 from sago_fast.errors import InputError, StoreError
 from sago_fast.run import RunConfig, run
-from sago_fast.runtime.scoring import encode_pair
 from sago_fast.store import Store
 
 AXES = {"generation", "activation", "confidence", "mirroring"}

@@ -10,10 +10,10 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from sago_fast.answers.free_answers import extract_answer
+from sago_fast.answers.scoring import encode_pair
 from sago_fast.kernels.agreement import answer_key
 from sago_fast.run import RunConfig, run
-from sago_fast.runtime.free_answers import extract_answer
-from sago_fast.runtime.scoring import encode_pair
 from sago_fast.store import Store
 
 pytestmark = pytest.mark.xdist_group("run_generation")  # module fixtures: built once, in one process

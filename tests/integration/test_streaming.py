@@ -41,7 +41,7 @@ def unit(checkpoints, cache_dir):
     import sago_fast
 
     model = sago_fast.load_model(checkpoints["llama"], cache_dir=cache_dir)
-    model.batch_policy = BatchPolicy(token_budget=model.batch_policy.token_budget, max_batch=1)
+    model.engine.batch_policy = BatchPolicy(token_budget=model.batch_policy.token_budget, max_batch=1)
     data = load_dataset("capitals", limit=14)
     variants = generate_variants(data.examples, VariantConfig(families=FAMILIES, k=1))
     yield model, data, variants

@@ -8,9 +8,9 @@ import torch
 from transformers import AutoModelForCausalLM
 
 import sago_fast
+from sago_fast.answers.scoring import encode_pair, score_continuations
 from sago_fast.checkpoints.tiny import ARCHITECTURES
 from sago_fast.datasets.builtin import SUITES
-from sago_fast.runtime.scoring import encode_pair, score_continuations
 from sago_fast.zoo import ZooConfig, build_zoo
 from sago_fast.zoo.evaluate import template_accuracy
 

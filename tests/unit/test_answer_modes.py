@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from scipy.special import log_softmax
 
+from sago_fast.answers.options import answer_modes, option_answer
+from sago_fast.answers.prompting import ModelPrompts
 from sago_fast.errors import InputError
-from sago_fast.runtime.options import answer_modes, option_answer
-from sago_fast.runtime.prompting import ModelPrompts
 from sago_fast.types import Example, Variant
 
 # log P(character) after any prefix: the "model" below is a unigram over characters

@@ -93,7 +93,7 @@ def test_device_names():
 
 
 def test_block_groups_are_split_to_the_logits_budget():
-    from sago_fast.runtime.prefix import LOGITS_BYTES, _within_logits_budget
+    from sago_fast.runtime.prefill.continuations import LOGITS_BYTES, _within_logits_budget
 
     continuations = [[[1] * 5, [2] * 9] for _ in range(40)]  # 80 blocks of 6 and 10 tokens
     rows = [(r, j) for r in range(40) for j in range(2)]
@@ -110,7 +110,7 @@ def test_block_groups_are_split_to_the_logits_budget():
 
 
 def test_block_passes_group_rows_of_similar_width():
-    from sago_fast.runtime.prefix import _block_groups
+    from sago_fast.runtime.prefill.continuations import _block_groups
 
     widths = np.array([30, 2, 28, 3, 0])  # option tokens per prompt row (the last has none to score)
     groups = _block_groups(widths, np.flatnonzero(widths), vocab=1000)

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 import sago_fast
-from sago_fast.runtime.chunked import CPU_PREFILL_CHUNK, chunk_widths
-from sago_fast.runtime.shared_prefix import MIN_SHARED_TOKENS
+from sago_fast.runtime.passes import CPU_PREFILL_CHUNK, chunk_widths
+from sago_fast.runtime.prefill.shared_prefix import MIN_SHARED_TOKENS
 
 
 def test_chunk_widths():
@@ -19,14 +19,14 @@ def test_chunk_widths():
 def _prefill(model, ids, conts, chunk, sharing):
     """The prefill with ``prefill_chunk`` and ``prefix_sharing`` set, and how many graph calls it made."""
     calls = []
-    run = model._run
-    model._run = lambda feeds, cache=False: (calls.append(1), run(feeds, cache=cache))[1]
-    model.prefill_chunk, model.prefix_sharing = chunk, sharing
+    run = model.engine.run
+    model.engine.run = lambda feeds, cache=False: (calls.append(1), run(feeds, cache=cache))[1]
+    model.engine.prefill_chunk, model.engine.prefix_sharing = chunk, sharing
     try:
         return model.prefill(ids, conts), len(calls)
     finally:
-        model.prefill_chunk, model.prefix_sharing = 0, MIN_SHARED_TOKENS
-        del model._run
+        model.engine.prefill_chunk, model.engine.prefix_sharing = 0, MIN_SHARED_TOKENS
+        del model.engine.run
 
 
 @pytest.mark.parametrize("arch", ["llama", "gpt2"])

@@ -298,7 +298,7 @@ def test_hub_loading_code_on_a_local_datasets_folder(tmp_path):
 
 
 def test_gsm8k_answers_are_the_last_number():
-    from sago_fast.runtime.free_answers import extract_number, is_correct
+    from sago_fast.answers.free_answers import extract_number, is_correct
 
     assert extract_number("600 + 634 = 1,234.\nSo the answer is 1,234.") == "1234"
     assert extract_number("It costs $18.00 in total") == "18.00" and extract_number("none") == ""

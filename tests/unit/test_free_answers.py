@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from sago_fast.answers.free_answers import extract_answer, is_correct
 from sago_fast.kernels.agreement import answer_key
-from sago_fast.runtime.free_answers import extract_answer, is_correct
 
 
 @pytest.mark.parametrize(

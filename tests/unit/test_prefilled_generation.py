@@ -7,8 +7,8 @@ import pytest
 
 import sago_fast
 from sago_fast.runtime.generate import GenerationSettings
+from sago_fast.runtime.prefill.shared_prefix import MIN_SHARED_TOKENS
 from sago_fast.runtime.session import SessionOptions
-from sago_fast.runtime.shared_prefix import MIN_SHARED_TOKENS
 
 HEAD = (
     "Question: What is the capital of France?\nAnswer: Paris\n\n"
@@ -23,11 +23,11 @@ def _generate(model, ids, settings, chunk, sharing):
     calls = []
     run = model.session.run
     model.session.run = lambda *a, **k: (calls.append(1), run(*a, **k))[1]
-    model.prefill_chunk, model.prefix_sharing = chunk, sharing
+    model.engine.prefill_chunk, model.engine.prefix_sharing = chunk, sharing
     try:
         return model.generate_ids(ids, settings), len(calls)
     finally:
-        model.prefill_chunk, model.prefix_sharing = 0, MIN_SHARED_TOKENS
+        model.engine.prefill_chunk, model.engine.prefix_sharing = 0, MIN_SHARED_TOKENS
         del model.session.run
 
 
@@ -70,9 +70,9 @@ def test_a_shared_prefix_is_prefilled_once_for_generation(checkpoints, cache_dir
     tok = model.tokenizer
     ids = [tok(HEAD + f"Question: What is the capital of {q}?\nAnswer:")["input_ids"] for q in QUESTIONS]
     settings = GenerationSettings(max_new_tokens=4, stop=(), stop_at_eos=False)
-    model.prefill_chunk, model.prefix_sharing = 0, 0
+    model.engine.prefill_chunk, model.engine.prefix_sharing = 0, 0
     plain = model.prefill(ids, generation=settings)
-    model.prefix_sharing = MIN_SHARED_TOKENS
+    model.engine.prefix_sharing = MIN_SHARED_TOKENS
     shared = model.prefill(ids, generation=settings)
     generated = sum(len(g.token_ids) - 1 for g in plain.generations)
     assert plain.tokens_processed == sum(map(len, ids)) + generated
@@ -95,7 +95,7 @@ def test_decoding_parts_fit_the_batch_policy(checkpoints, cache_dir):
     ids = [tok(HEAD + f"Question: What is the capital of {q}?\nAnswer:")["input_ids"] for q in QUESTIONS]
     settings = GenerationSettings(max_new_tokens=5, stop=(), stop_at_eos=False)
     plain, _ = _generate(model, ids, settings, 0, 0)
-    model.batch_policy = BatchPolicy(token_budget=2 * (max(map(len, ids)) + 5 + 8), max_batch=64)
+    model.engine.batch_policy = BatchPolicy(token_budget=2 * (max(map(len, ids)) + 5 + 8), max_batch=64)
     small, calls = _generate(model, ids, settings, 0, MIN_SHARED_TOKENS)
     _assert_same(small, plain)
     assert calls > 5  # the decode steps of more than one part

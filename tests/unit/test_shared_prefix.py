@@ -7,7 +7,7 @@ import pytest
 
 import sago_fast
 from sago_fast.runtime.batching import BatchPolicy
-from sago_fast.runtime.shared_prefix import (
+from sago_fast.runtime.prefill.shared_prefix import (
     PrefixTree,
     combined_mean,
     common_heads,
@@ -62,11 +62,11 @@ def test_combined_mean_is_the_mean_of_the_whole():
 
 def prefill_without_sharing(model, ids, conts):
     """The model's prefill of ``ids`` with no shared prefix at all (every prompt from its first token)."""
-    model.prefix_sharing = 0
+    model.engine.prefix_sharing = 0
     try:
         return model.prefill(ids, conts)
     finally:
-        model.prefix_sharing = sago_fast.runtime.shared_prefix.MIN_SHARED_TOKENS
+        model.engine.prefix_sharing = sago_fast.runtime.prefill.shared_prefix.MIN_SHARED_TOKENS
 
 
 def assert_same_prefill(shared, alone):

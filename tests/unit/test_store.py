@@ -142,7 +142,7 @@ def test_run_lifecycle_methods():
 
 
 def chunk_rows(chunk, ids, state):
-    from sago_fast.store.rows import chunk_columns
+    from sago_fast.store.rows import ChunkDone, UnitKey, chunk_columns
 
     return {
         "item_scores": {
@@ -155,7 +155,9 @@ def chunk_rows(chunk, ids, state):
             "family": [None] * len(ids),
             "value": [0.5] * len(ids),
         },
-        "unit_chunks": chunk_columns("r", "u", "m", "d", chunk, ids, 2 * len(ids), 1, 0.25, state),
+        "unit_chunks": chunk_columns(
+            UnitKey("r", "u", "m", "d"), ChunkDone(chunk, ids, 2 * len(ids), 1, 0.25, state)
+        ),
     }
 
 
@@ -166,7 +168,7 @@ def test_chunks_commit_once_resume_and_finish(tmp_path, sink_kind):
     from sago_fast.run.claims import PlannedUnit
     from sago_fast.run.merge import merge_shards
     from sago_fast.run.sinks import DuckDBSink, ParquetShardSink
-    from sago_fast.store.rows import unit_columns
+    from sago_fast.store.rows import UnitDone, UnitKey, unit_columns
 
     run_row = {"run_id": ["r"], "created_at": [datetime(2026, 1, 1)], "status": ["running"]}
     if sink_kind == "duckdb":
@@ -187,18 +189,17 @@ def test_chunks_commit_once_resume_and_finish(tmp_path, sink_kind):
     assert done.seconds == pytest.approx(0.5)
     assert sink.chunk_states("r", "u") == [b"first", b"second"]
     units = unit_columns(
-        "r",
-        "u",
-        "m",
-        "d",
-        shard=0,
-        checkpoint="c",
-        n_examples=3,
-        n_variants=6,
-        accuracy=2 / 3,
-        seconds=0.5,
-        provider="CPU",
-        n_chunks=2,
+        UnitKey("r", "u", "m", "d"),
+        UnitDone(
+            shard=0,
+            checkpoint="c",
+            n_examples=3,
+            n_variants=6,
+            accuracy=2 / 3,
+            seconds=0.5,
+            provider="CPU",
+            n_chunks=2,
+        ),
     )
     assert sink.write("r", "u", {"units": units}) and not sink.write("r", "u", {"units": units})
     assert sink.finished("r", ["u"]) == {"u"}

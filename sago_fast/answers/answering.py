@@ -13,20 +13,20 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from sago_fast.runtime.free_answers import FreeAnswer, answer_generations_prefilled
-from sago_fast.runtime.generate import GenerationSettings
-from sago_fast.runtime.options import (
+from sago_fast.answers.free_answers import FreeAnswer, answer_generations_prefilled
+from sago_fast.answers.options import (
     ANSWER_MODES,
     DEFAULT_ANSWER_MODE,
     OptionAnswer,
     answer_modes_prefilled,
     check_answer_mode,
 )
-from sago_fast.runtime.prompting import ModelPrompts, PromptFormat, model_prompts
+from sago_fast.answers.prompting import ModelPrompts, PromptFormat, model_prompts
+from sago_fast.runtime.generate import GenerationSettings
 from sago_fast.types import Example, ProbeResult, Variant
 
 if TYPE_CHECKING:
-    from sago_fast.runtime.protocol import LanguageModel
+    from sago_fast.answers.protocol import LanguageModel
 
 
 AnyAnswer = OptionAnswer | FreeAnswer
@@ -88,7 +88,7 @@ def answer_unit(
         if not rows:
             continue
         sub_variants = [variants[i] for i in rows]
-        sub_prompts = ModelPrompts(tuple(prompts.texts[i] for i in rows), prompts.chat)
+        sub_prompts = prompts.subset(rows)
         sub_ids = [token_ids[i] for i in rows]
         if index == 0:  # multiple choice and pairwise: every mode's options and labels
             chosen, prefill = answer_modes_prefilled(
@@ -116,7 +116,7 @@ def answer_all(
     generation: GenerationSettings,
 ) -> list[AnyAnswer]:
     """``cloze`` option answers or greedy generations of variants on their plain prompts, in order."""
-    prompts = ModelPrompts(tuple(v.prompt for v in variants), chat=False)
+    prompts = ModelPrompts.plain(variants)
     settings = AnswerSettings(generation=generation)
     return answer_unit(model, examples, variants, prompts, token_ids, settings, modes=("cloze",)).primary
 
@@ -132,19 +132,14 @@ def answer_chunk(
 
     prompts = model_prompts(model.tokenizer, variants, settings.prompt_format)
     token_ids = prompts.token_ids(model.tokenizer)
-    saved = model.batch_policy
     canonical = [i for i, v in enumerate(variants) if v.is_canonical]
-    passes = (  # (rows, batch policy): every variant batched, then the canonical ones one prompt per call
-        (list(range(len(variants))), saved),
-        (canonical, BatchPolicy(token_budget=saved.token_budget, max_batch=1)),
+    alone = model.configured(
+        batch_policy=BatchPolicy(token_budget=model.batch_policy.token_budget, max_batch=1)
     )
-    answered = []
-    try:
-        for rows, policy in passes:
-            model.batch_policy = policy
-            subset = ModelPrompts(tuple(prompts.texts[i] for i in rows), prompts.chat)
-            ids = [token_ids[i] for i in rows]
-            answered.append(answer_unit(model, examples, [variants[i] for i in rows], subset, ids, settings))
-    finally:
-        model.batch_policy = saved
+    passes = ((list(range(len(variants))), model), (canonical, alone))  # every variant batched; the canonical
+    answered = []  # ones again, one prompt per call
+    for rows, runs in passes:
+        subset = prompts.subset(rows)
+        ids = [token_ids[i] for i in rows]
+        answered.append(answer_unit(runs, examples, [variants[i] for i in rows], subset, ids, settings))
     return answered[0], answered[1]

@@ -22,7 +22,10 @@ import numpy as np
 from sago_fast.errors import InputError
 
 if TYPE_CHECKING:
-    from sago_fast.runtime.protocol import LanguageModel
+    from sago_fast.answers.prompting import ModelPrompts
+    from sago_fast.answers.protocol import LanguageModel
+    from sago_fast.runtime.generate import GenerationSettings
+    from sago_fast.runtime.model import Prefill
 
 
 @dataclass(frozen=True)
@@ -121,22 +124,20 @@ def score_continuations(
 
 def score_pairs(
     model: LanguageModel,
-    prompts: Any,
+    prompts: ModelPrompts,
     prompt_ids: Sequence[Sequence[int]],
     rows: Sequence[int],
     continuations: Sequence[str],
-    generation: Any = None,
-    share_keys: Sequence[str] | None = None,
+    generation: GenerationSettings | None = None,
     heads: Sequence[int] | None = None,
-) -> tuple[np.ndarray, Any]:
+) -> tuple[np.ndarray, Prefill]:
     """Summed log-probs of each (prompts.texts[rows[p]], continuations[p]) pair, in one prefill per prompt.
 
-    prompts: a :class:`~sago_fast.runtime.prompting.ModelPrompts`; prompt_ids: its token ids. Returns
-    (loglik (n_pairs,) float64, the model's :class:`~sago_fast.runtime.model.Prefill` of the prompts, which
-    carries the probe and, with ``generation``, the greedy generations from the same cache).
-    share_keys: per prompt, which prompts it may share a prefilled prefix with (the same key; e.g. its
-    example, so that results do not depend on which other examples are prefilled in the same call).
-    heads: per prompt, its first tokens that prompts of any key may share (see ``SagoModel.prefill``).
+    prompts: what the model reads (its ``keys``: which prompts may share a prefilled prefix, those of
+    one example, so that results do not depend on which other examples are prefilled in the same call);
+    prompt_ids: its token ids. Returns (loglik (n_pairs,) float64, the model's
+    :class:`~sago_fast.runtime.model.Prefill` of the prompts, which carries the probe and, with
+    ``generation``, the greedy generations from the same cache). heads: per prompt, its first tokens that prompts of any key may share (see ``SagoModel.prefill``).
     """
     on_cache: list[list[list[int]]] = [[] for _ in prompt_ids]
     slot: list[tuple[int, int]] = []  # pair -> (prompt row, index in on_cache[row]); (-1, k): fallback k
@@ -174,7 +175,7 @@ def score_pairs(
         fallback = [sequence[-limit:] for sequence in fallback]  # lm-eval: the context's left goes
     shared = [0 if c else h for h, c in zip(heads, cut, strict=True)] if heads is not None else []
     named = {"heads": shared} if any(shared) and generation is None else {}  # a cut prompt lost its head
-    result = model.prefill(kept, on_cache, generation, share_keys=share_keys, **named)
+    result = model.prefill(kept, on_cache, generation, share_keys=prompts.share_keys, **named)
     if any(cut):
         result = replace(result, probe=replace(result.probe, n_cut=np.array(cut, dtype=np.int64)))
     whole = model.target_logprobs(fallback, fallback_targets) if fallback else []

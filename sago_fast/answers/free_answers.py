@@ -20,15 +20,15 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from sago_fast.answers.prompting import ModelPrompts
+from sago_fast.answers.scoring import score_pairs
 from sago_fast.kernels.agreement import answer_key, number_key
 from sago_fast.runtime.generate import Generation, GenerationSettings
-from sago_fast.runtime.prompting import ModelPrompts
-from sago_fast.runtime.scoring import score_pairs
 from sago_fast.types import Example, Variant
 
 if TYPE_CHECKING:
+    from sago_fast.answers.protocol import LanguageModel
     from sago_fast.runtime.model import Prefill
-    from sago_fast.runtime.protocol import LanguageModel
 
 
 _LABEL = re.compile(r"^(?:the\s+)?(?:final\s+)?answer\b(?:\s+is\b)?\s*[:\-]?\s*", re.IGNORECASE)
@@ -130,7 +130,7 @@ def answer_generations(
 
     prompts: what the model reads (default: each variant's plain prompt); token_ids: those prompts'
     ids when already tokenised."""
-    prompts = prompts or ModelPrompts(tuple(v.prompt for v in variants), chat=False)
+    prompts = prompts or ModelPrompts.plain(variants)
     if token_ids is None:
         token_ids = (
             model.tokenize(list(prompts.texts), reserve=settings.max_new_tokens)
@@ -150,13 +150,6 @@ def answer_generations_prefilled(
 ) -> tuple[list[FreeAnswer], Prefill]:
     """:func:`answer_generations`, with the prompts' prefill (probe included) it decoded from."""
     rows, continuations = reference_pairs(examples, variants, prompts.delimiter)
-    loglik, prefill = score_pairs(
-        model,
-        prompts,
-        token_ids,
-        rows,
-        continuations,
-        settings,
-        share_keys=[v.example_id for v in variants],  # shared prefixes within an example only
-    )
+    loglik, prefill = score_pairs(model, prompts, token_ids, rows, continuations, settings)
+    assert prefill.generations is not None  # asked for with ``settings``
     return free_answers(model, examples, variants, prefill.generations, rows, loglik), prefill

@@ -11,7 +11,7 @@ Answer modes (``ANSWER_MODES``), each a score per option; the answer is the arg-
   ``letter`` measures position bias (picking "A" whatever is behind it).
 
 Arrays are indexed by original option index whatever order the variant displays. Under a chat template
-the delimiter is "" (see :mod:`sago_fast.runtime.prompting`).
+the delimiter is "" (see :mod:`sago_fast.answers.prompting`).
 """
 
 from __future__ import annotations
@@ -24,14 +24,14 @@ import numpy as np
 from scipy.special import log_softmax
 
 from sago_fast import defaults
+from sago_fast.answers.prompting import ModelPrompts
+from sago_fast.answers.scoring import score_pairs
 from sago_fast.errors import InputError
-from sago_fast.runtime.prompting import ModelPrompts
-from sago_fast.runtime.scoring import score_pairs
 from sago_fast.types import Example, Variant
 
 if TYPE_CHECKING:
+    from sago_fast.answers.protocol import LanguageModel
     from sago_fast.runtime.model import Prefill
-    from sago_fast.runtime.protocol import LanguageModel
 
 
 ANSWER_MODES = ("cloze", "cloze_norm", "letter")
@@ -74,14 +74,6 @@ def option_answer(scores: np.ndarray, gold: int, mode: str) -> OptionAnswer:
         margin=float(ranked[0] - ranked[1]) if len(ranked) > 1 else float("inf"),
         mode=mode,
     )
-
-
-def answer_variants(
-    model: LanguageModel, examples: Sequence[Example], variants: Sequence[Variant]
-) -> list[OptionAnswer]:
-    """``cloze`` answers of every (multiple-choice or pairwise) variant on its plain prompt."""
-    prompts = ModelPrompts(tuple(v.prompt for v in variants), chat=False)
-    return [a["cloze"] for a in answer_modes(model, examples, variants, prompts, modes=("cloze",))]
 
 
 @dataclass(frozen=True)
@@ -161,7 +153,7 @@ def answer_modes(
     prompt_ids: Sequence[Sequence[int]] | None = None,
 ) -> list[dict[str, OptionAnswer]]:
     """Every requested mode's answer for every variant: one prefill per prompt, every option and label
-    scored on its cache (:func:`sago_fast.runtime.scoring.score_pairs`).
+    scored on its cache (:func:`sago_fast.answers.scoring.score_pairs`).
 
     prompt_ids: the prompts' token ids when already tokenised.
     """
@@ -179,15 +171,10 @@ def answer_modes_prefilled(
 ) -> tuple[list[dict[str, OptionAnswer]], Prefill]:
     """:func:`answer_modes`, with the prompts' prefill (probe included) it was scored on."""
     pairs = option_pairs(examples, variants, prompts, modes)
-    loglik, prefill = score_pairs(
-        model,
-        prompts,
-        prompt_ids,
-        pairs.rows,
-        pairs.continuations,
-        share_keys=[v.example_id for v in variants],  # shared prefixes within an example only,
-        heads=prompts.head_tokens(model.tokenizer, [v.head_chars for v in variants], prompt_ids),
-    )  # and a benchmark's instruction and demonstrations across them
+    heads = prompts.head_tokens(model.tokenizer, [v.head_chars for v in variants], prompt_ids)
+    loglik, prefill = score_pairs(  # a benchmark's instruction and demonstrations shared across examples
+        model, prompts, prompt_ids, pairs.rows, pairs.continuations, heads=heads
+    )
     return answers_from_scores(examples, variants, pairs, loglik), prefill
 
 

@@ -23,7 +23,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-MIN_SHARED_TOKENS = 32  # a shorter shared prefix, or a shorter step between cuts, is not worth a pass
+from sago_fast.defaults import MIN_SHARED_TOKENS
+
 HEAD_START = 4  # common_heads groups prompts by this many first tokens
 
 

@@ -34,6 +34,7 @@ import numpy as np
 from sago_fast.runtime.batching import CPU_CALL_OVERHEAD, BatchPolicy, left_pad, plan_batches
 from sago_fast.runtime.generate import SEGMENT_IDS, past_input_names
 from sago_fast.runtime.kv_cache import KVCache
+from sago_fast.runtime.passes import Passes
 
 Run = Callable[[dict[str, Any]], dict[str, Any]]
 LOGITS_BYTES = 256 << 20  # one block pass's logits and their log-softmax temporaries (3 float32 copies)
@@ -101,14 +102,12 @@ def first_tokens(
 
 
 def score_on_prefix(
-    run: Run,
+    passes: Passes,
     presents: dict[str, np.ndarray],
     prompt_ids: np.ndarray,
     mask: np.ndarray,
     next_logprobs: np.ndarray,
     continuations: Sequence[Sequence[Sequence[int]]],
-    policy: BatchPolicy,
-    pad_id: int,
 ) -> ScoredContinuations:
     """Every continuation of every prompt of one prefilled batch, scored.
 
@@ -124,7 +123,8 @@ def score_on_prefix(
     costs = np.array([prefix + len(continuations[r][j]) + 1 for r, j in rows], dtype=np.int64)
     past_names = dict(zip(presents, past_input_names(list(presents)), strict=True))
     vocab = next_logprobs.shape[1]
-    for group in _within_logits_budget(plan_batches(costs, policy), rows, continuations, vocab):
+    run, pad_id = passes.run, passes.pad_id
+    for group in _within_logits_budget(plan_batches(costs, passes.batch_policy), rows, continuations, vocab):
         picked = [rows[g] for g in group]
         owners = np.array([r for r, _ in picked])
         blocks = [[int(prompt_ids[r, -1]), *continuations[r][j]] for r, j in picked]
@@ -148,12 +148,11 @@ def score_on_prefix(
 
 
 def score_in_blocks(
-    run: Run,
+    passes: Passes,
     cache: KVCache,
     mask: np.ndarray,
     next_logprobs: np.ndarray,
     continuations: Sequence[Sequence[Sequence[int]]],
-    pad_id: int,
 ) -> ScoredContinuations:
     """:func:`score_on_prefix` in option blocks: one row per prompt, its continuations after its cache.
 
@@ -188,6 +187,7 @@ def score_in_blocks(
     active = np.flatnonzero(widths)
     if not len(active):
         return out
+    pad_id = passes.pad_id
     for rows in _block_groups(widths, active, next_logprobs.shape[1]):
         group = list(range(len(inputs)))[rows] if isinstance(rows, slice) else rows.tolist()
         closed = [[*inputs[r], pad_id] for r in group]
@@ -202,7 +202,7 @@ def score_in_blocks(
             "target_ids": block_targets,
             **cache.rows(rows),
         }
-        result = run(feeds)
+        result = passes.run(feeds)
         logp, best = result["target_logprobs"], result["target_best"]  # (g, W) each
         pad = block_targets.shape[1] - widths[group]
         for row, r in enumerate(group):

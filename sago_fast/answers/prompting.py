@@ -17,16 +17,19 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sago_fast import defaults
 from sago_fast.errors import InputError
-from sago_fast.runtime.shared_prefix import common_prefix
+from sago_fast.runtime.prefill.shared_prefix import common_prefix
 from sago_fast.types import Dataset, Variant
 
 log = logging.getLogger(__name__)
 
 CHAT_TEMPLATE_CHOICES = ("auto", "none")
+
+if TYPE_CHECKING:
+    from sago_fast.answers.protocol import LanguageModel
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,22 @@ class ModelPrompts:
 
     texts: tuple[str, ...]
     chat: bool  # True: continuations follow the assistant header directly
+    keys: tuple[str, ...] = ()  # each prompt's example: prefixes are shared within one only (empty: any)
+
+    @classmethod
+    def plain(cls, variants: Sequence[Variant]) -> ModelPrompts:
+        """Each variant's own prompt, as plain text."""
+        return cls(tuple(v.prompt for v in variants), False, tuple(v.example_id for v in variants))
+
+    def subset(self, rows: Sequence[int]) -> ModelPrompts:
+        """The prompts at ``rows``, in that order."""
+        keys = tuple(self.keys[i] for i in rows) if self.keys else ()
+        return ModelPrompts(tuple(self.texts[i] for i in rows), self.chat, keys)
+
+    @property
+    def share_keys(self) -> list[str] | None:
+        """Which prompts may share a prefilled prefix (the same key), for the model's prefill."""
+        return list(self.keys) if self.keys else None
 
     @property
     def delimiter(self) -> str:
@@ -115,7 +134,7 @@ def model_prompts(tokenizer: Any, variants: Sequence[Variant], fmt: PromptFormat
             texts.append(chat_prompt(tokenizer, variant.prompt, system))
         else:
             texts.append(f"{system}\n\n{variant.prompt}" if system else variant.prompt)
-    return ModelPrompts(tuple(texts), chat)
+    return ModelPrompts(tuple(texts), chat, tuple(v.example_id for v in variants))
 
 
 def appended_bound(example: Any, max_new_tokens: int) -> int:
@@ -146,11 +165,11 @@ def check_answers_fit(tokenizer: Any, data: Dataset, limit: int) -> None:
 
 
 def check_some_fit(
-    model: Any, data: Dataset, variants: Sequence[Variant], fmt: PromptFormat, max_new_tokens: int
+    model: LanguageModel, data: Dataset, variants: Sequence[Variant], fmt: PromptFormat, max_new_tokens: int
 ) -> None:
     """Before any work: a dataset one of whose answers is longer than the model (:func:`check_answers_fit`)
     is refused in one line. Long prompts are cut from the left when answered, as lm-eval cuts them
-    (:func:`sago_fast.runtime.scoring.fit_to_context`; ``sago lm-eval`` does the same); when every
+    (:func:`sago_fast.answers.scoring.fit_to_context`; ``sago lm-eval`` does the same); when every
     canonical prompt is too long, a warning says so once, with what to change to read them whole.
     Prompts are rendered one at a time until one fits, and only those that may not fit by a bound on bytes
     are tokenized."""
