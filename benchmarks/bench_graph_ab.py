@@ -36,7 +36,7 @@ import numpy as np
 from real_model import mmlu_sample
 
 from sago_fast.runtime.batching import left_pad
-from sago_fast.runtime.generate import continue_feeds, past_input_names, prefill_feeds
+from sago_fast.runtime.decode import continue_feeds, past_input_names, prefill_feeds
 from sago_fast.runtime.session import open_session
 
 NEW_TOKENS = 20  # the continued pass's new tokens a row

@@ -114,7 +114,7 @@ class PassKind:
 
 def pass_kind(feeds: dict[str, Any]) -> str:
     """``prefill`` (no cache), ``continue`` (prompt tokens on a cache) or ``block`` (option blocks)."""
-    from sago_fast.runtime.generate import SEGMENT_IDS
+    from sago_fast.runtime.decode import SEGMENT_IDS
 
     if SEGMENT_IDS in feeds and int(feeds[SEGMENT_IDS].max()) > 0:
         return "block"

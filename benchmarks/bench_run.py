@@ -47,7 +47,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 import sago_fast
 from sago_fast.answers.scoring import encode_pair
 from sago_fast.checkpoints.tiny import TinySize, build_tiny_checkpoint
-from sago_fast.datasets.resolve import load_dataset
+from sago_fast.datasets.load import load_dataset
 from sago_fast.run import RunConfig, run
 from sago_fast.runtime.batching import left_pad
 from sago_fast.store import Store

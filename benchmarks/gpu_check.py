@@ -201,7 +201,7 @@ def parity(result: dict[str, Any], device: str, work: Path) -> None:
     from sago_fast.checkpoints.tiny import TinySize, build_tiny_checkpoint, train_tokenizer
     from sago_fast.exporters.unified import pooled_forward
     from sago_fast.runtime.batching import left_pad
-    from sago_fast.runtime.generate import GenerationSettings
+    from sago_fast.runtime.decode import GenerationSettings
 
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False

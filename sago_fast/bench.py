@@ -283,7 +283,7 @@ class _Bench:
         import torch
 
         from sago_fast.runtime.batching import BatchPolicy
-        from sago_fast.runtime.generate import GenerationSettings
+        from sago_fast.runtime.decode import GenerationSettings
 
         config, hf = self.config, self.hf
         policy = BatchPolicy(token_budget=batch * (seq_len + config.gen_tokens), max_batch=batch)

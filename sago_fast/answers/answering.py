@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from sago_fast.answers.free_answers import FreeAnswer, answer_generations_prefilled
-from sago_fast.answers.options import (
+from sago_fast.answers.multiple_choice import (
     ANSWER_MODES,
     DEFAULT_ANSWER_MODE,
     OptionAnswer,
@@ -22,7 +22,7 @@ from sago_fast.answers.options import (
     check_answer_mode,
 )
 from sago_fast.answers.prompting import ModelPrompts, PromptFormat, model_prompts
-from sago_fast.runtime.generate import GenerationSettings
+from sago_fast.runtime.decode import GenerationSettings
 from sago_fast.types import Example, ProbeResult, Variant
 
 if TYPE_CHECKING:

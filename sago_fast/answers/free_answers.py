@@ -23,7 +23,7 @@ import numpy as np
 from sago_fast.answers.prompting import ModelPrompts
 from sago_fast.answers.scoring import score_pairs
 from sago_fast.kernels.agreement import answer_key, number_key
-from sago_fast.runtime.generate import Generation, GenerationSettings
+from sago_fast.runtime.decode import Generation, GenerationSettings
 from sago_fast.types import Example, Variant
 
 if TYPE_CHECKING:

@@ -10,7 +10,7 @@ import numpy as np
 from sago_fast.runtime.batching import BatchPolicy
 
 if TYPE_CHECKING:
-    from sago_fast.runtime.generate import GenerationSettings
+    from sago_fast.runtime.decode import GenerationSettings
     from sago_fast.runtime.model import Prefill
 
 

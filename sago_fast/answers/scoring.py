@@ -24,7 +24,7 @@ from sago_fast.errors import InputError
 if TYPE_CHECKING:
     from sago_fast.answers.prompting import ModelPrompts
     from sago_fast.answers.protocol import LanguageModel
-    from sago_fast.runtime.generate import GenerationSettings
+    from sago_fast.runtime.decode import GenerationSettings
     from sago_fast.runtime.model import Prefill
 
 

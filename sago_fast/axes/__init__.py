@@ -17,7 +17,7 @@ from sago_fast.axes.levels import (
     dataset_scorer,
     layer_scorer,
 )
-from sago_fast.axes.records import DatasetScore, Estimator, ExampleOutputs, ItemScore, LayerScores, ScoredRows
+from sago_fast.axes.scored import DatasetScore, Estimator, ExampleOutputs, ItemScore, LayerScores, ScoredRows
 
 __all__ = [
     "DATASET_SCORERS",

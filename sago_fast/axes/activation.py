@@ -37,7 +37,7 @@ from sago_fast.axes.levels import (
     layer_scorer,
     layout_key,
 )
-from sago_fast.axes.records import DatasetScore, Estimator, LayerScores, ScoredRows
+from sago_fast.axes.scored import DatasetScore, Estimator, LayerScores, ScoredRows
 from sago_fast.kernels import distances_to_reference, linear_cka
 from sago_fast.kernels.gram import cosine_matrix
 

@@ -18,7 +18,7 @@ import numpy as np
 from sago_fast.axes.catalogue import DATASET, ITEM, JS_RANGE, OPTIONS, UNIT, MetricSpec, ReplicateNoise
 from sago_fast.axes.items import ExampleView, item_scorer
 from sago_fast.axes.levels import ChunkView, Partial, UnitContext, dataset_scorer
-from sago_fast.axes.records import DatasetScore, ExampleOutputs, ItemScore, ScoredRows
+from sago_fast.axes.scored import DatasetScore, ExampleOutputs, ItemScore, ScoredRows
 from sago_fast.kernels import pairwise
 
 AXIS = "confidence"

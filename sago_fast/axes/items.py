@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from sago_fast.axes.catalogue import MetricSpec, declare
-from sago_fast.axes.records import ExampleOutputs, ItemScore
+from sago_fast.axes.scored import ExampleOutputs, ItemScore
 from sago_fast.registry import Registry
 from sago_fast.types import TASK_TYPES
 

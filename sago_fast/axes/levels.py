@@ -26,7 +26,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from sago_fast.axes.catalogue import MetricSpec, declare
-from sago_fast.axes.records import ExampleOutputs, ScoredRows, family_members
+from sago_fast.axes.scored import ExampleOutputs, ScoredRows, family_members
 from sago_fast.registry import Registry
 
 Partial = dict[str, np.ndarray]  # what one dataset scorer keeps of one chunk

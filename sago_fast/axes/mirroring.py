@@ -20,7 +20,7 @@ import numpy as np
 
 from sago_fast.axes.catalogue import ITEM, OPTIONS, UNIT, MetricSpec
 from sago_fast.axes.items import ExampleView, item_scorer
-from sago_fast.axes.records import ExampleOutputs, ItemScore
+from sago_fast.axes.scored import ExampleOutputs, ItemScore
 from sago_fast.kernels.agreement import answer_key
 
 AXIS = "mirroring"

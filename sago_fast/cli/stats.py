@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from sago_fast.cli.options import DbOpt
-from sago_fast.stats.config import StatsConfig
+from sago_fast.stats.settings import StatsConfig
 
 DEFAULTS = StatsConfig()  # the help texts and defaults below read it: the defaults are stated once
 

@@ -57,7 +57,7 @@ def preview_command(
 ) -> None:
     """Show the rendered variants of the first N examples."""
     from sago_fast.datasets import FieldMap
-    from sago_fast.datasets.resolve import load_dataset
+    from sago_fast.datasets.load import load_dataset
     from sago_fast.variants import generate_variants
 
     data = load_dataset(dataset, fields=FieldMap.parse(field or []), limit=n)
@@ -84,7 +84,7 @@ def write_command(
     """Write every variant of a dataset to JSONL (written to a temp name, then renamed)."""
     from sago_fast.atomic import atomic_path, check_writable
     from sago_fast.datasets import FieldMap
-    from sago_fast.datasets.resolve import load_dataset
+    from sago_fast.datasets.load import load_dataset
     from sago_fast.variants import generate_variants
     from sago_fast.variants.generate import variants_to_jsonl
 

@@ -36,13 +36,13 @@ def zoo_command(
     from sago_fast.cli.query import render_table
     from sago_fast.errors import InputError
     from sago_fast.zoo import ZooConfig, build_zoo
-    from sago_fast.zoo.report import accuracy_rows, compare_with_shipped
+    from sago_fast.zoo.accuracy import accuracy_rows, compare_with_shipped
 
     if eval_examples < 1:
         raise InputError(f"--eval-examples must be at least 1, not {eval_examples}")
     check_writable(out, what="--out", directory=True)
     if lora is not None:
-        from sago_fast.zoo.lora import train_lora_run
+        from sago_fast.zoo.lora_training import train_lora_run
 
         members = train_lora_run(lora, out)
         typer.echo(f"LoRA run of {lora}: {', '.join(str(p) for p in members)}")

@@ -24,11 +24,11 @@ from sago_fast.kernels.api import (
     pairwise_layers,
     topk_overlap,
 )
+from sago_fast.kernels.distances import DISTANCES
 from sago_fast.kernels.gram import linear_cka
-from sago_fast.kernels.metrics import METRICS
 
 __all__ = [
-    "METRICS",
+    "DISTANCES",
     "answer_key",
     "distances_to_reference",
     "exact_match",

@@ -7,8 +7,8 @@ from types import ModuleType
 import numpy as np
 
 from sago_fast.errors import InputError
+from sago_fast.kernels.distances import DISTANCES, Distance, validate
 from sago_fast.kernels.gram import cosine_matrix, kl_matrix
-from sago_fast.kernels.metrics import METRICS, Metric, validate
 from sago_fast.kernels.specialise import drivers_for
 
 # From this many variants per example on, cosine uses the BLAS Gram form (below: a register-tiled Numba
@@ -27,9 +27,9 @@ def _condense(full: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(full[..., i, j])
 
 
-def _metric(name: str) -> Metric:
+def _metric(name: str) -> Distance:
     try:
-        return METRICS.get(name)
+        return DISTANCES.get(name)
     except KeyError as exc:
         raise InputError(str(exc)) from None
 
@@ -55,12 +55,12 @@ def pairwise(X: np.ndarray, metric: str = "cosine", *, check: bool = True) -> np
     return (drivers.pairs_one_serial if serial else drivers.pairs_one)(rows)
 
 
-def _drivers(m: Metric) -> ModuleType:
+def _drivers(m: Distance) -> ModuleType:
     """The drivers specialised for ``m`` (cached on disk by Numba: see :mod:`.specialise`)."""
     return drivers_for(m.name, m.kernel, m.aux, m.tiled)
 
 
-def _checked_input(X: np.ndarray, metric: str, check: bool, axes: str) -> tuple[np.ndarray, Metric]:
+def _checked_input(X: np.ndarray, metric: str, check: bool, axes: str) -> tuple[np.ndarray, Distance]:
     """Shape (``axes``, e.g. "(n, d)") and content checks shared by the entry points."""
     X = np.asarray(X)
     m = _metric(metric)
@@ -72,7 +72,7 @@ def _checked_input(X: np.ndarray, metric: str, check: bool, axes: str) -> tuple[
     return X, m
 
 
-def _blas_form(X: np.ndarray, m: Metric) -> np.ndarray | None:
+def _blas_form(X: np.ndarray, m: Distance) -> np.ndarray | None:
     """The matrix-product formulation, condensed, where it beats the loops (many variants); else None."""
     n = X.shape[-2]
     if m.name == "kl" and n >= KL_MATMUL_MIN_ROWS:

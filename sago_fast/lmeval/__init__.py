@@ -8,7 +8,7 @@ imported until lm-eval builds the model), so ``lm_eval.simple_evaluate(model="sa
 - :mod:`.backend`: :class:`~sago_fast.lmeval.backend.SagoLM`, the ``LM`` subclass;
 - :mod:`.arguments`: its model arguments, checked before any work and turned into sago's settings;
 - :mod:`.requests`: grouping lm-eval's requests into sago passes (one prefill per context);
-- :mod:`.records`: lm-eval's per-request results in a results file (``sago_db=FILE``);
+- :mod:`.request_log`: lm-eval's per-request results in a results file (``sago_db=FILE``);
 - :mod:`.tasks`: a task YAML with local data as a sago dataset (``--dataset lmeval:task.yaml``);
 - :mod:`.each`: a list of checkpoints (a training run) through lm-eval, one after the other;
 - :mod:`.task_index`: lm-eval's task index built once (per command, and per lm-eval version for its own

@@ -44,10 +44,10 @@ from tqdm.auto import tqdm
 
 from sago_fast.errors import InputError
 from sago_fast.lmeval.arguments import engine_device, preflight, sago_dtype
-from sago_fast.lmeval.records import RequestLog
+from sago_fast.lmeval.request_log import RequestLog
 from sago_fast.lmeval.requests import group_pairs, passes
 from sago_fast.runtime.batching import BatchPolicy
-from sago_fast.runtime.generate import GenerationSettings
+from sago_fast.runtime.decode import GenerationSettings
 from sago_fast.runtime.prefill.shared_prefix import common_heads
 
 log = logging.getLogger(__name__)

@@ -8,7 +8,7 @@ from collections import defaultdict
 import numpy as np
 
 from sago_fast.axes.catalogue import CATALOGUE, axes
-from sago_fast.report.data import ReportData, natural_key
+from sago_fast.report.contents import ReportData, natural_key
 
 
 def axis_label(metric: str) -> str:

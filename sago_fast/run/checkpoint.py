@@ -3,7 +3,7 @@
 The same function runs in the driver process (in run order, or in lockstep under ``--until-separated``)
 and in Ray tasks; it never touches the results database. Per unit it yields a :class:`ChunkOutcome` per
 answered chunk (its records) and a :class:`UnitOutcome` when the unit's chunks are all answered (its
-:class:`~sago_fast.run.records.UnitEnd`) or it failed. The pipeline writes each chunk as it comes and
+:class:`~sago_fast.run.unit_records.UnitEnd`) or it failed. The pipeline writes each chunk as it comes and
 finishes the unit from its committed chunks.
 """
 
@@ -22,8 +22,8 @@ from sago_fast.run.config import RunConfig
 from sago_fast.run.driver import NOTHING_DONE, StopRule, UnitJob, drive_unit
 from sago_fast.run.plan import Unit
 from sago_fast.run.progress import RunProgress
-from sago_fast.run.records import ChunkRecords, ModelFacts, UnitEnd
 from sago_fast.run.sequential import own_precision
+from sago_fast.run.unit_records import ChunkRecords, ModelFacts, UnitEnd
 from sago_fast.runtime.progress import NoProgress
 from sago_fast.store.store import ChunksDone
 from sago_fast.types import Dataset, Variant

@@ -4,7 +4,7 @@ For each chunk, once :func:`~sago_fast.answers.answering.answer_chunk` has answe
 prefill per prompt) and re-run its canonical prompts alone (the replicate pass), :func:`chunk_records`
 runs the registered scorers: item scorers per example,
 layer scorers per activation block, and each dataset scorer's ``partial``; the result is the chunk's
-records (:class:`~sago_fast.run.records.ChunkRecords`), its next-token distributions and hidden states
+records (:class:`~sago_fast.run.unit_records.ChunkRecords`), its next-token distributions and hidden states
 dropped, so memory follows the chunk, never the dataset. When every chunk is in, :func:`finish_unit`
 combines the dataset scorers' partials. :func:`~sago_fast.run.driver.drive_unit` calls both.
 
@@ -24,7 +24,7 @@ import numpy as np
 
 from sago_fast.answers.answering import AnyAnswer, UnitAnswers
 from sago_fast.answers.free_answers import FreeAnswer
-from sago_fast.answers.options import OptionAnswer
+from sago_fast.answers.multiple_choice import OptionAnswer
 from sago_fast.axes import DATASET_SCORERS, LAYER_SCORERS, ExampleView, scorers_for
 from sago_fast.axes.activation import POOLINGS, sample_size, seeded_sample
 from sago_fast.axes.catalogue import check_metrics, check_written, metric
@@ -35,9 +35,9 @@ from sago_fast.axes.levels import (
     Partial,
     UnitContext,
 )
-from sago_fast.axes.records import ExampleOutputs, ItemScore, LayerScores, ScoredRows
-from sago_fast.run.records import ChunkRecords, ModelFacts, mode_answer_records, output_records
+from sago_fast.axes.scored import ExampleOutputs, ItemScore, LayerScores, ScoredRows
 from sago_fast.run.stream_settings import StreamSettings
+from sago_fast.run.unit_records import ChunkRecords, ModelFacts, mode_answer_records, output_records
 from sago_fast.types import Example, Variant
 
 if TYPE_CHECKING:

@@ -10,13 +10,13 @@ from typing import Any, Union, get_args, get_origin, get_type_hints
 
 from sago_fast import defaults
 from sago_fast.answers.answering import AnswerSettings
-from sago_fast.answers.options import DEFAULT_ANSWER_MODE, check_answer_mode
+from sago_fast.answers.multiple_choice import DEFAULT_ANSWER_MODE, check_answer_mode
 from sago_fast.answers.prompting import PromptFormat
 from sago_fast.datasets.readers import FieldMap
 from sago_fast.errors import InputError
 from sago_fast.run.sequential import SequentialSettings
 from sago_fast.run.stream_settings import StreamSettings
-from sago_fast.runtime.generate import GenerationSettings
+from sago_fast.runtime.decode import GenerationSettings
 from sago_fast.runtime.session import DEVICES
 
 

@@ -25,7 +25,6 @@ from sago_fast.answers.answering import AnswerSettings, answer_chunk
 from sago_fast.answers.prompting import check_some_fit
 from sago_fast.axes.levels import Partial
 from sago_fast.run.chunk import chunk_records, finish_unit, prepare_unit
-from sago_fast.run.records import ChunkRecords, ModelFacts, UnitEnd
 from sago_fast.run.sequential import (
     SequentialSettings,
     SequentialTracker,
@@ -34,7 +33,8 @@ from sago_fast.run.sequential import (
     start_sequence,
 )
 from sago_fast.run.stream_settings import StreamSettings
-from sago_fast.runtime.generate import GenerationSettings
+from sago_fast.run.unit_records import ChunkRecords, ModelFacts, UnitEnd
+from sago_fast.runtime.decode import GenerationSettings
 from sago_fast.store import rows as build
 from sago_fast.store.rows import TableRows
 from sago_fast.store.store import ChunksDone

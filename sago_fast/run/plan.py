@@ -18,7 +18,7 @@ from pathlib import Path
 from sago_fast.checkpoints.adapters import is_adapter_folder
 from sago_fast.checkpoints.entries import ModelEntry, model_entries
 from sago_fast.checkpoints.resolve import Checkpoint, resolve_checkpoint, resolve_each
-from sago_fast.datasets.resolve import Dataset, load_dataset
+from sago_fast.datasets.load import Dataset, load_dataset
 from sago_fast.errors import CheckpointError, InputError, SagoError
 from sago_fast.run.config import RunConfig
 from sago_fast.types import Variant

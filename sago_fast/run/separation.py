@@ -2,7 +2,7 @@
 
 Each dataset's units are compared in pairs of neighbours in the run's model order (a training run's
 consecutive checkpoints; ``A B C`` gives A-B and B-C). For each pair and each metric both units follow, a
-paired anytime-valid confidence sequence (:mod:`sago_fast.stats.sequential`) runs on the per-example
+paired anytime-valid confidence sequence (:mod:`sago_fast.stats.confidence_sequences`) runs on the per-example
 difference, later minus earlier (b - a), over the examples both have visited, in the shared visiting
 order, on the range ``[-(high - low), high - low]`` of the metric's bounds. A comparison is settled on a
 metric once the sign of the difference is known (the sequence excludes 0) or its half-width is within H;

@@ -3,7 +3,7 @@
 A sequential unit visits its dataset's examples in one seeded random order (:func:`visiting_order`: a
 hash of the seed and the example id, so every model of a run sees the same order and paired comparisons
 stay paired), at most ``budget`` of them, chunk by chunk. After each chunk it updates an anytime-valid
-confidence sequence (:mod:`sago_fast.stats.sequential`) for each followed metric (:func:`followed_metrics`)
+confidence sequence (:mod:`sago_fast.stats.confidence_sequences`) for each followed metric (:func:`followed_metrics`)
 from the per-example values, in visiting order, on the catalogue's bounds, and stops when every sequence
 is within ``precision`` of its estimate (half-width <= H), when the budget is spent, or when the data is.
 
@@ -21,9 +21,9 @@ import numpy as np
 
 from sago_fast.axes.catalogue import metric as metric_spec
 from sago_fast.axes.catalogue import precision_limit, sequential_metrics
-from sago_fast.axes.records import ItemScore
+from sago_fast.axes.scored import ItemScore
 from sago_fast.errors import InputError
-from sago_fast.stats.sequential import BettingSequence, Scale, Tuning
+from sago_fast.stats.confidence_sequences import BettingSequence, Scale, Tuning
 from sago_fast.store.rows import decode_values
 from sago_fast.types import Variant
 

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from sago_fast.runtime.generate import past_input_names
+from sago_fast.runtime.decode import past_input_names
 
 Rows = slice | np.ndarray  # a contiguous range, or row indices (repeats allowed)
 

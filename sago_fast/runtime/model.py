@@ -22,8 +22,7 @@ from sago_fast.errors import DeviceError, InputError
 from sago_fast.exporters.cache import ExportCache, ExportedModel
 from sago_fast.exporters.optimised_graph import GraphToOpen, graph_to_open, keep_saved_graph
 from sago_fast.runtime.batching import BatchPolicy, left_pad, plan_batches, run_with_backoff
-from sago_fast.runtime.engine import PrefillEngine, PromptSet
-from sago_fast.runtime.generate import (
+from sago_fast.runtime.decode import (
     Generation,
     GenerationSettings,
     TokenText,
@@ -31,6 +30,7 @@ from sago_fast.runtime.generate import (
     prefill_feeds,
     takes_segments,
 )
+from sago_fast.runtime.engine import PrefillEngine, PromptSet
 from sago_fast.runtime.passes import CPU_PREFILL_CHUNK
 from sago_fast.runtime.prefill.continuations import first_tokens, score_in_blocks, score_on_prefix
 from sago_fast.runtime.prefill.shared_prefix import prefix_trees

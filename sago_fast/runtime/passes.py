@@ -30,7 +30,7 @@ import numpy as np
 
 from sago_fast.defaults import MIN_SHARED_TOKENS
 from sago_fast.runtime.batching import BatchPolicy, run_with_backoff
-from sago_fast.runtime.generate import continue_feeds, prefill_feeds
+from sago_fast.runtime.decode import continue_feeds, prefill_feeds
 from sago_fast.runtime.kv_cache import DeviceCache, HostCache, KVCache, RowGather, present_names
 from sago_fast.runtime.progress import NoProgress, PassProgress
 from sago_fast.runtime.session import SessionOptions

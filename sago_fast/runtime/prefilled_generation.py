@@ -5,9 +5,9 @@ with few-shot examples starts with the same demonstrations, and on CPU a long pr
 chunks (:mod:`sago_fast.runtime.passes`). Here the prompt step is the engine's prefill
 (:meth:`~sago_fast.runtime.engine.PrefillEngine.prefill_prompts`: prefix trees and chunked passes, each
 prompt's KV cache kept), and each
-batch it hands over decodes from its cache (:func:`~sago_fast.runtime.generate.generate_from_cache`), in
+batch it hands over decodes from its cache (:func:`~sago_fast.runtime.decode.generate_from_cache`), in
 parts whose cache plus ``max_new_tokens`` per row fit the batch policy (as
-:func:`~sago_fast.runtime.generate.greedy_generate` plans its batches). The generations are those of
+:func:`~sago_fast.runtime.decode.greedy_generate` plans its batches). The generations are those of
 the plain decode loop on the same prompts, up to float rounding of the prompt step (within 1e-4 in the
 log-probabilities: tested).
 """
@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 
 from sago_fast.runtime.batching import plan_batches, run_with_backoff
+from sago_fast.runtime.decode import Generation, GenerationSettings, TokenText, generate_from_cache
 from sago_fast.runtime.engine import PrefillEngine, PromptSet
-from sago_fast.runtime.generate import Generation, GenerationSettings, TokenText, generate_from_cache
 from sago_fast.runtime.passes import TokenCounts
 from sago_fast.runtime.prefill.shared_prefix import PrefixTree
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sago_fast.stats.config import StatsConfig
+from sago_fast.stats.settings import StatsConfig
 
 if TYPE_CHECKING:
     from sago_fast.stats.compute import StatsTables, compute_stats

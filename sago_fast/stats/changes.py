@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from sago_fast.stats.confidence_sequences import SEPARATION_TEST
 from sago_fast.stats.methods import bh_adjust, comparison_significant
-from sago_fast.stats.sequential import SEPARATION_TEST
 
 Columns = dict[str, list[Any]]
 IDENTICAL = "identical weights"

@@ -36,7 +36,7 @@ from scipy import stats
 
 from sago_fast.axes.catalogue import metric as catalogue_metric
 from sago_fast.stats.changes import checkpoint_changes, training_runs
-from sago_fast.stats.config import sesoi_for
+from sago_fast.stats.confidence_sequences import SEPARATION_TEST
 from sago_fast.stats.data import ACCURACY, AXES, Key, RunData
 from sago_fast.stats.methods import (
     PAIRED_TEST,
@@ -54,7 +54,7 @@ from sago_fast.stats.methods import (
     pearson,
 )
 from sago_fast.stats.nulls import like_for_like, null_for
-from sago_fast.stats.sequential import SEPARATION_TEST
+from sago_fast.stats.settings import sesoi_for
 
 Columns = dict[str, list[Any]]
 

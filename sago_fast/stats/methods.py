@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
-from sago_fast.stats.config import StatsConfig
+from sago_fast.stats.settings import StatsConfig
 
 
 def is_binary(*arrays: np.ndarray) -> bool:

@@ -1,4 +1,4 @@
-"""Row builders: the one place where what a run produced (records, :mod:`sago_fast.run.records`) becomes
+"""Row builders: the one place where what a run produced (records, :mod:`sago_fast.run.unit_records`) becomes
 table columns. (Records are typed ``Any`` here: the store sits below the run and never imports it.)
 
 A builder returns ``{column: values}`` for :meth:`sago_fast.store.Store.insert`; :data:`TableRows` maps
@@ -21,7 +21,7 @@ import numpy as np
 from sago_fast.store.schema import RESULT_TABLES
 
 if TYPE_CHECKING:
-    from sago_fast.axes.records import ScoredRows
+    from sago_fast.axes.scored import ScoredRows
     from sago_fast.types import Dataset, Example, Variant
 
 Columns = dict[str, Any]
@@ -181,7 +181,7 @@ def decode_values(text: str | None) -> dict[str, dict[str, float]]:
 def scored_columns(scored: ScoredRows) -> TableRows:
     """``item_scores``, ``layer_scores``, ``dataset_scores`` and ``unit_estimators`` columns (every column
     present, with no rows too)."""
-    from sago_fast.axes.records import DatasetScore, Estimator, ItemScore
+    from sago_fast.axes.scored import DatasetScore, Estimator, ItemScore
 
     layers = scored.layers
     return {

@@ -30,7 +30,7 @@ def template_accuracy(model, examples: Sequence[Example], template: int) -> floa
     (argmax over options of loglik(prompt, " " + option); ties → lowest index) for tasks with options,
     greedy generation + normalised exact match for generation tasks (as in ``sago run``)."""
     from sago_fast.answers.answering import answer_all
-    from sago_fast.runtime.generate import GenerationSettings
+    from sago_fast.runtime.decode import GenerationSettings
 
     variants = []
     for example in examples:

@@ -16,7 +16,7 @@ import sago_fast
 from sago_fast.checkpoints.tiny import ARCHITECTURES
 from sago_fast.exporters.unified import pooled_forward
 from sago_fast.runtime.batching import left_pad
-from sago_fast.runtime.generate import GenerationSettings
+from sago_fast.runtime.decode import GenerationSettings
 
 pytestmark = pytest.mark.gpu
 TEXTS = ["What is 12 + 7?", "a", "Options: A. red B. green C. blue. The sky is", "Reverse the word 'stone'."]

@@ -43,7 +43,7 @@ def test_a_metric_at_each_level_is_one_declaration(tmp_path, checkpoints, cache_
     from sago_fast.axes import DATASET_SCORERS, ITEM_SCORERS, LAYER_SCORERS, ItemScore, item_scorer
     from sago_fast.axes.catalogue import MetricSpec, ReplicateNoise
     from sago_fast.axes.levels import dataset_scorer, layer_scorer
-    from sago_fast.axes.records import DatasetScore, LayerScores, ScoredRows
+    from sago_fast.axes.scored import DatasetScore, LayerScores, ScoredRows
     from sago_fast.run import RunConfig, run
     from sago_fast.store.queries import summary_rows
 
@@ -191,7 +191,7 @@ def test_one_name_is_one_number_in_the_summary_the_statistics_and_the_report(run
     import pytest
 
     from sago_fast.axes.catalogue import headline_specs
-    from sago_fast.report.data import load_report_data
+    from sago_fast.report.contents import load_report_data
     from sago_fast.store import Store
     from sago_fast.store.queries import summary_rows
 

@@ -10,7 +10,7 @@ from assertions import assert_same_generations
 import sago_fast
 from sago_fast.errors import DeviceError
 from sago_fast.runtime.batching import BatchPolicy, is_out_of_memory, token_budget_for_memory
-from sago_fast.runtime.generate import GenerationSettings
+from sago_fast.runtime.decode import GenerationSettings
 from sago_fast.runtime.session import SessionOptions
 
 PROMPTS = [

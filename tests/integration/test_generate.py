@@ -11,7 +11,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 import sago_fast
 from sago_fast.checkpoints.tiny import ARCHITECTURES
 from sago_fast.errors import InputError
-from sago_fast.runtime.generate import GenerationSettings, cut_at_stop
+from sago_fast.runtime.decode import GenerationSettings, cut_at_stop
 
 PROMPTS = [
     "Question: What is the last letter of the word 'frog'?\nAnswer:",

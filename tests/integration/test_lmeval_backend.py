@@ -304,7 +304,7 @@ def test_canonical_prompts_are_lm_evals_byte_for_byte_and_a_run_fills_the_tables
     import yaml
     from lm_eval.api.task import ConfigurableTask
 
-    from sago_fast.datasets.resolve import load_dataset
+    from sago_fast.datasets.load import load_dataset
     from sago_fast.run import RunConfig, run
     from sago_fast.store import Store
     from sago_fast.variants import VariantConfig, generate_variants
@@ -352,7 +352,7 @@ def test_canonical_prompts_are_lm_evals_byte_for_byte_and_a_run_fills_the_tables
 def test_a_task_that_cannot_be_taken_apart_says_so_naming_the_field(tasks, tmp_path):
     import yaml
 
-    from sago_fast.datasets.resolve import load_dataset
+    from sago_fast.datasets.load import load_dataset
 
     docs = tasks["folder"] / "docs.jsonl"
     hidden = task_config(
@@ -380,7 +380,7 @@ def _task_variants(tasks, tmp_path, config: dict) -> dict[str, list]:
     """Every family's variant of each document of ``config`` (k = 1), by family, in document order."""
     import yaml
 
-    from sago_fast.datasets.resolve import load_dataset
+    from sago_fast.datasets.load import load_dataset
     from sago_fast.variants import VariantConfig, generate_variants
 
     path = tmp_path / f"{config['task']}.yaml"
@@ -490,9 +490,9 @@ def test_renderings_of_a_few_shot_task_share_its_head_across_items(tasks, checkp
     from dataclasses import replace
 
     import sago_fast
-    from sago_fast.answers.options import ANSWER_MODES, answer_modes_prefilled
+    from sago_fast.answers.multiple_choice import ANSWER_MODES, answer_modes_prefilled
     from sago_fast.answers.prompting import PromptFormat, model_prompts
-    from sago_fast.datasets.resolve import load_dataset
+    from sago_fast.datasets.load import load_dataset
 
     docs = tmp_path / "sums.jsonl"  # short items: every prompt fits the tiny model's positions
     with docs.open("w", encoding="utf-8") as out:
@@ -642,7 +642,7 @@ def test_sago_lm_eval_reads_a_tasks_data_beside_its_yaml_quietly(tasks, checkpoi
 
     import yaml
 
-    from sago_fast.datasets.resolve import load_dataset
+    from sago_fast.datasets.load import load_dataset
     from tests.integration.test_units import sago_cmd
 
     include = tmp_path / "tasks"

@@ -10,7 +10,7 @@ from transformers import AutoModelForCausalLM
 import sago_fast
 from sago_fast.checkpoints.tiny import ARCHITECTURES
 from sago_fast.runtime.batching import BatchPolicy
-from sago_fast.runtime.generate import GenerationSettings, takes_segments
+from sago_fast.runtime.decode import GenerationSettings, takes_segments
 from sago_fast.runtime.prefill import continuations as prefix
 
 PROMPTS = [[5, 6, 7, 8, 9, 10, 11], [12, 13], [14, 15, 16, 17]]

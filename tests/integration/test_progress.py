@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 
 import sago_fast
-from sago_fast.datasets.resolve import load_dataset
+from sago_fast.datasets.load import load_dataset
 from sago_fast.run.driver import evaluate_unit
 from sago_fast.runtime.batching import BatchPolicy
 from sago_fast.runtime.progress import TqdmPasses

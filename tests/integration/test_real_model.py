@@ -15,11 +15,11 @@ import pytest
 import torch
 
 import sago_fast
-from sago_fast.answers.options import answer_modes
+from sago_fast.answers.multiple_choice import answer_modes
 from sago_fast.answers.prompting import PromptFormat, model_prompts
 from sago_fast.checkpoints.gguf import gguf_source, read_gguf_info
 from sago_fast.checkpoints.resolve import resolve_checkpoint
-from sago_fast.datasets.resolve import load_dataset
+from sago_fast.datasets.load import load_dataset
 from sago_fast.variants import VariantConfig, generate_variants
 from tests.real_model import GGUF, needs_smol
 
@@ -100,7 +100,7 @@ def test_probe_equals_hf_eager(smol, hf):
 
 
 def test_greedy_generation_is_token_identical_to_hf_generate(smol, hf):
-    from sago_fast.runtime.generate import GenerationSettings
+    from sago_fast.runtime.decode import GenerationSettings
 
     _, model = smol
     ref_model, tok = hf
@@ -320,7 +320,7 @@ def test_sago_run_over_a_real_lora_training_run(smol, smol_cache, tmp_path, monk
     from transformers import AutoTokenizer
 
     from sago_fast.store import Store
-    from sago_fast.zoo.lora import LoraRunConfig, train_lora_run
+    from sago_fast.zoo.lora_training import LoraRunConfig, train_lora_run
     from tests.adapters import assert_same_log_likelihoods, merged_log_likelihoods, sago_log_likelihoods
 
     monkeypatch.setenv("SAGO_CACHE_DIR", str(smol_cache))  # the module's conversion and export are reused

@@ -12,7 +12,7 @@ import pytest
 
 from sago_fast.errors import StoreError
 from sago_fast.report import write_report
-from sago_fast.report.data import load_report_data
+from sago_fast.report.contents import load_report_data
 from sago_fast.stats import run_stats
 from sago_fast.store import Store
 from sago_fast.store.migrations import MIGRATIONS
@@ -112,7 +112,7 @@ def test_report_renders_in_chromium_without_errors(run_db, tmp_path):
 
 def test_every_plot_has_labelled_axes(run_db, monkeypatch):
     from sago_fast.report import plots
-    from sago_fast.report.render import render_report
+    from sago_fast.report.page import render_report
 
     figures = []
     original = plots._svg
@@ -192,7 +192,7 @@ def test_two_models_draw_the_rankings_and_no_training_curve_without_steps(run_db
 
 def test_the_header_names_the_methods_the_scores_used(run_db):
     """The header describes the intervals as the ``test`` column does, and lists the run's methods."""
-    from sago_fast.report.render import render_report
+    from sago_fast.report.page import render_report
 
     db, result = run_db
     with Store(db, read_only=True) as store:
@@ -211,7 +211,7 @@ def test_over_training_draws_one_panel_per_metric_and_says_when_the_scale_is_log
     import matplotlib.pyplot as plt
 
     from sago_fast.report import plots
-    from sago_fast.report.data import ReportData
+    from sago_fast.report.contents import ReportData
 
     data = ReportData("run")
     names = ("training_run", "dataset", "axis", "metric", "step", "estimate", "ci_low", "ci_high")

@@ -9,7 +9,7 @@ import sago_fast
 from sago_fast.checkpoints.tiny import TinySize, build_tiny_checkpoint
 from sago_fast.errors import InputError
 from sago_fast.exporters.cache import copy_export
-from sago_fast.runtime.generate import GenerationSettings
+from sago_fast.runtime.decode import GenerationSettings
 
 SIZE = TinySize(max_positions=128)
 PROMPTS = [[5, 6, 7, 8, 9], [10, 11], [12, 13, 14]]

@@ -82,7 +82,7 @@ def test_both_units_stop_together_once_every_followed_difference_is_settled(sepa
 
 
 def test_stats_use_the_paired_sequences_for_the_compared_pairs(separated):
-    from sago_fast.stats.sequential import SEPARATION_TEST
+    from sago_fast.stats.confidence_sequences import SEPARATION_TEST
 
     compared = rows(
         separated,

@@ -9,7 +9,7 @@ from assertions import assert_same_generations
 
 import sago_fast
 from sago_fast.errors import InputError
-from sago_fast.runtime.generate import GenerationSettings
+from sago_fast.runtime.decode import GenerationSettings
 from sago_fast.runtime.session import SessionOptions
 
 PROMPTS = ["The capital of France is", "a", "Options: A. red B. green. The sky is", "x y z w v"]

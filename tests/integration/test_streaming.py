@@ -9,12 +9,12 @@ import duckdb
 import numpy as np
 import pytest
 
-from sago_fast.datasets.resolve import load_dataset
+from sago_fast.datasets.load import load_dataset
 from sago_fast.kernels import linear_cka
 from sago_fast.run.chunk import model_variant_bytes, plan_chunks
 from sago_fast.run.driver import evaluate_unit
-from sago_fast.run.records import ModelFacts
 from sago_fast.run.stream_settings import StreamSettings
+from sago_fast.run.unit_records import ModelFacts
 from sago_fast.runtime.batching import BatchPolicy
 from sago_fast.variants import VariantConfig, generate_variants
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy.special import log_softmax
 
-from sago_fast.answers.options import answer_modes, option_answer
+from sago_fast.answers.multiple_choice import answer_modes, option_answer
 from sago_fast.answers.prompting import ModelPrompts
 from sago_fast.errors import InputError
 from sago_fast.types import Example, Variant

@@ -11,7 +11,7 @@ from scipy.spatial.distance import jensenshannon
 from sago_fast.axes.confidence import calibration_by_family, confidence_scores, expected_calibration_error
 from sago_fast.axes.generation import generation_scores, text_agreement_scores
 from sago_fast.axes.mirroring import mirroring_scores, prompt_echo_scores
-from sago_fast.axes.records import ExampleOutputs
+from sago_fast.axes.scored import ExampleOutputs
 
 PROBS = np.array(
     [

@@ -13,11 +13,11 @@ import time
 import pytest
 
 from sago_fast.datasets.builtin import SUITES
-from sago_fast.datasets.resolve import load_dataset
+from sago_fast.datasets.load import load_dataset
 from sago_fast.errors import InputError, StoreError
 from sago_fast.run import RunConfig
 from sago_fast.run.plan import plan_run
-from sago_fast.stats.config import StatsConfig
+from sago_fast.stats.settings import StatsConfig
 from sago_fast.store import Store
 from sago_fast.variants.generate import VariantConfig, draw_shots
 

@@ -10,7 +10,7 @@ import pytest
 
 from sago_fast.datasets import FieldMap, read_examples
 from sago_fast.datasets.builtin import SUITES
-from sago_fast.datasets.resolve import load_dataset
+from sago_fast.datasets.load import load_dataset
 from sago_fast.errors import InputError
 from sago_fast.types import Example
 

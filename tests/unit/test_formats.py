@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from sago_fast.datasets.formats import FORMATS, hellaswag_clean
-from sago_fast.datasets.resolve import load_dataset
+from sago_fast.datasets.load import load_dataset
 from sago_fast.errors import InputError
 
 

@@ -11,7 +11,7 @@ from scipy.special import rel_entr
 
 from sago_fast.errors import InputError
 from sago_fast.kernels import (
-    METRICS,
+    DISTANCES,
     distances_to_reference,
     linear_cka,
     pairwise,
@@ -53,7 +53,7 @@ def reference_pdist(X, metric):
 
 def random_rows(metric, n, d, dtype, rng, degenerate=False):
     """Random rows; ``degenerate`` (n >= 5) plants zero/one-hot/uniform/repeated rows."""
-    if METRICS.get(metric).kind == "vector":
+    if DISTANCES.get(metric).kind == "vector":
         X = rng.standard_normal((n, d))
         if degenerate and n >= 5:
             X[1] = 0.0
@@ -71,7 +71,7 @@ def random_rows(metric, n, d, dtype, rng, degenerate=False):
 
 
 def test_reference_table_covers_every_registered_metric():
-    assert set(REFERENCES) == set(METRICS.names())
+    assert set(REFERENCES) == set(DISTANCES.names())
 
 
 @pytest.mark.parametrize("metric", sorted(REFERENCES))

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import sago_fast
-from sago_fast.runtime.generate import GenerationSettings
+from sago_fast.runtime.decode import GenerationSettings
 from sago_fast.runtime.prefill.shared_prefix import MIN_SHARED_TOKENS
 from sago_fast.runtime.session import SessionOptions
 

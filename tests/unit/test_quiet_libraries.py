@@ -21,7 +21,7 @@ def test_the_gguf_conversion_bar_is_off_inside_and_back_after():
 
 
 def test_peft_user_warnings_are_silenced_while_training_only():
-    from sago_fast.zoo.lora import _quiet_libraries
+    from sago_fast.zoo.lora_training import _quiet_libraries
 
     def peft_warns():
         warnings.warn_explicit(

@@ -10,7 +10,7 @@ import pytest
 from sago_fast.errors import InputError
 from sago_fast.run.separation import SeparationMonitor, Side, paired_differences
 from sago_fast.run.sequential import SequentialSettings, SequentialTracker
-from sago_fast.stats.sequential import BettingSequence, Scale, Tuning
+from sago_fast.stats.confidence_sequences import BettingSequence, Scale, Tuning
 
 N, CHUNK = 400, 50
 ORDER = tuple(f"e{i}" for i in range(N))

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from sago_fast.axes.records import ItemScore
+from sago_fast.axes.scored import ItemScore
 from sago_fast.run.sequential import (
     SequentialSettings,
     SequentialTracker,
@@ -21,7 +21,7 @@ from sago_fast.run.sequential import (
     visiting_order,
     within_budget,
 )
-from sago_fast.stats.sequential import BettingSequence, Tuning, betting_path, confidence_sequence
+from sago_fast.stats.confidence_sequences import BettingSequence, Tuning, betting_path, confidence_sequence
 from sago_fast.types import Variant
 
 N, CHUNK, REPS, GRID = 2000, 50, 300, 400

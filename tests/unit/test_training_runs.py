@@ -144,7 +144,7 @@ def test_checkpoint_changes_by_hand():
 def test_changes_of_pairs_compared_until_separated_are_significant_when_their_sequence_excludes_0():
     """The units stopped on these differences: the paired sequence is the CI, no p-value, and the change is
     significant exactly when the sequence excludes 0 (whatever BH does with the fixed-n p-values)."""
-    from sago_fast.stats.sequential import SEPARATION_TEST
+    from sago_fast.stats.confidence_sequences import SEPARATION_TEST
 
     runs = training_runs([("A", "run", 1), ("B", "run", 2), ("C", "run", 3), ("D", "run", 4)])
     comparisons = _comparisons(

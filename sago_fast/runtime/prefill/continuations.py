@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from sago_fast.runtime.batching import CPU_CALL_OVERHEAD, BatchPolicy, left_pad, plan_batches
-from sago_fast.runtime.generate import SEGMENT_IDS, past_input_names
+from sago_fast.runtime.decode import SEGMENT_IDS, past_input_names
 from sago_fast.runtime.kv_cache import KVCache
 from sago_fast.runtime.passes import Passes
 

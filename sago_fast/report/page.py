@@ -12,7 +12,7 @@ from markupsafe import Markup, escape
 
 from sago_fast.atomic import atomic_path
 from sago_fast.errors import OutdatedSchemaError
-from sago_fast.report.data import ReportData, Table, load_report_data, natural_key
+from sago_fast.report.contents import ReportData, Table, load_report_data, natural_key
 from sago_fast.store import Store
 from sago_fast.store.reads import cell_text
 

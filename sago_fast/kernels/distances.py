@@ -18,7 +18,7 @@ DISTRIBUTION_SUM_TOL = 1e-3  # rows of a distribution must sum to 1 within this 
 
 
 @dataclass(frozen=True)
-class Metric:
+class Distance:
     """kind: "vector" (any finite rows) or "distribution" (non-negative rows summing to 1).
 
     prepare: rows (m, d) -> rows the kernel reads (dtype conversion, sqrt or log rows), one pass.
@@ -36,7 +36,7 @@ class Metric:
     tiled: Any = None  # optional jitted X_e (n, d) -> condensed, register-tiled over all pairs
 
 
-METRICS: Registry[Metric] = Registry("metric")
+DISTANCES: Registry[Distance] = Registry("distance")
 
 
 def _as_float(rows: np.ndarray) -> np.ndarray:
@@ -64,18 +64,18 @@ def _sqrt_rows(rows: np.ndarray) -> np.ndarray:
 
 
 for _metric in (
-    Metric("cosine", "vector", vector.cosine, _as_float, aux=vector.row_norm, tiled=tiled.cosine_condensed),
-    Metric("euclidean", "vector", vector.euclidean, _as_float, tiled=tiled.euclidean_condensed),
-    Metric("sqeuclidean", "vector", vector.sqeuclidean, _as_float, tiled=tiled.sqeuclidean_condensed),
-    Metric("kl", "distribution", kl_packed, _packed_log_rows, aux=has_zero, symmetric=False),
-    Metric("js", "distribution", js, _as_float32, aux=neg_entropy),
-    Metric("tv", "distribution", tv, _as_float, tiled=tiled.tv_condensed),
-    Metric("hellinger", "distribution", hellinger_sqrt_rows, _sqrt_rows, tiled=tiled.hellinger_condensed),
+    Distance("cosine", "vector", vector.cosine, _as_float, aux=vector.row_norm, tiled=tiled.cosine_condensed),
+    Distance("euclidean", "vector", vector.euclidean, _as_float, tiled=tiled.euclidean_condensed),
+    Distance("sqeuclidean", "vector", vector.sqeuclidean, _as_float, tiled=tiled.sqeuclidean_condensed),
+    Distance("kl", "distribution", kl_packed, _packed_log_rows, aux=has_zero, symmetric=False),
+    Distance("js", "distribution", js, _as_float32, aux=neg_entropy),
+    Distance("tv", "distribution", tv, _as_float, tiled=tiled.tv_condensed),
+    Distance("hellinger", "distribution", hellinger_sqrt_rows, _sqrt_rows, tiled=tiled.hellinger_condensed),
 ):
-    METRICS.add(_metric.name, _metric)
+    DISTANCES.add(_metric.name, _metric)
 
 
-def validate(X: np.ndarray, metric: Metric, name: str = "X") -> None:
+def validate(X: np.ndarray, metric: Distance, name: str = "X") -> None:
     """Finite input; for distributions, non-negative rows summing to 1. One clear error otherwise."""
     if X.ndim < 2:
         raise InputError(f"{name} must have at least 2 dimensions (rows, features), got shape {X.shape}")

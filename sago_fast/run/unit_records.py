@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from sago_fast.answers.options import OptionAnswer
+from sago_fast.answers.multiple_choice import OptionAnswer
 from sago_fast.axes.confidence import gold_margin
 from sago_fast.axes.levels import Partial, UnitContext
-from sago_fast.axes.records import ScoredRows
+from sago_fast.axes.scored import ScoredRows
 
 if TYPE_CHECKING:
     from sago_fast.answers.answering import UnitAnswers
