@@ -44,7 +44,8 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy
 
 bench: $(STAMP)
-	$(PY) benchmarks/bench_probe.py
+	$(VENV)/bin/sago zoo --out sago_out/zoo >/dev/null
+	$(VENV)/bin/sago bench --model sago_out/zoo/step-01200
 	$(PY) benchmarks/bench_kernels.py --quick
 	$(PY) benchmarks/bench_run.py
 

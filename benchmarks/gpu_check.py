@@ -40,6 +40,9 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from real_model import mmlu_sample  # noqa: E402  (the one sample of MMLU items every benchmark draws)
+
 log = logging.getLogger("gpu_check")
 
 FP32_TOL = 1e-4
@@ -370,29 +373,12 @@ def probe(result: dict[str, Any], plan: Plan, folder: Path, work: Path) -> None:
     model.close()
 
 
-def mmlu_sample(source: Path, n: int, seed: int, out: Path) -> Path:
-    """``n`` MMLU test items drawn (seeded) across subjects, written as the published CSVs (one per subject)."""
-    import csv
-
-    files = sorted(source.glob("*_test.csv")) or sorted(source.glob("*.csv"))
-    rows = [(f.name, r) for f in files for r in csv.reader(f.open(encoding="utf-8"))]
-    picked = np.random.default_rng(seed).choice(len(rows), size=min(n, len(rows)), replace=False)
-    out.mkdir(parents=True, exist_ok=True)
-    by_file: dict[str, list[list[str]]] = {}
-    for i in sorted(picked):
-        by_file.setdefault(rows[i][0], []).append(rows[i][1])
-    for name, subject_rows in by_file.items():
-        with (out / name).open("w", encoding="utf-8", newline="") as handle:
-            csv.writer(handle).writerows(subject_rows)
-    return out
-
-
 def job(result: dict[str, Any], plan: Plan, folder: Path, mmlu: Path, work: Path) -> None:
     """The whole SAGO job against the canonical-only HF pass on the same items; wall time, peak memory."""
     from sago_fast.run import RunConfig, run
     from sago_fast.store import Store
 
-    data = mmlu_sample(mmlu, plan.items, 0, work / "mmlu-sample")
+    data = mmlu_sample(work / "mmlu-sample", plan.items, 0, source=mmlu.parent)  # --mmlu: its test/ folder
     dtype_note = "fp16" if plan.device == "cuda" else "fp32"
     db = work / "job.duckdb"
     db.unlink(missing_ok=True)  # a rerun evaluates again rather than finding every unit done

@@ -69,3 +69,15 @@ def check_writable(target: str | os.PathLike[str], *, what: str, directory: bool
         raise InputError(f"{what} {target}: cannot write in {folder} ({exc.strerror or exc})") from None
     os.close(fd)
     os.unlink(name)
+
+
+DISK_FULL_MARKERS = ("no space left", "file too large", "disk full", "enospc", "efbig")
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """Whether a write failed for want of space (ENOSPC) or by the file size limit (EFBIG)."""
+    import errno
+
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EFBIG):
+        return True
+    return any(marker in str(exc).lower() for marker in DISK_FULL_MARKERS)

@@ -1,7 +1,7 @@
 """Per-example axis scorers, registered like perturbation families and kernels.
 
 An axis module registers one :class:`ItemScorer` per group of metrics it computes from one example's
-variants; the run hub (:mod:`sago_fast.run.chunk`) calls every scorer registered for the example's
+variants; the run hub (:mod:`sago_fast.units.chunk`) calls every scorer registered for the example's
 task type and writes what it returns to ``item_scores``. Every metric a scorer writes must be in the
 metric catalogue (:mod:`sago_fast.axes.catalogue`), which the hub checks; a scorer declares its metrics
 on its decorator (``metrics=``). Adding a metric therefore touches its axis module only (and the

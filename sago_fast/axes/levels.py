@@ -1,6 +1,6 @@
 """Scorers above the example: layer scorers and dataset scorers, registered like item scorers.
 
-A unit (one model on one dataset) is answered in chunks of examples (:mod:`sago_fast.run.chunk`). Each
+A unit (one model on one dataset) is answered in chunks of examples (:mod:`sago_fast.units.chunk`). Each
 scorer states its level and what it needs:
 
 - **item** (:mod:`sago_fast.axes.items`): one example's variants -> ``item_scores`` rows.

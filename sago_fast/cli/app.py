@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from sago_fast.cli import bench, demo, export, lmeval, merge, probe, query, report, run, stats, status, zoo
+from sago_fast.cli import demo, files, lmeval, models, query, report, run, stats
 from sago_fast.cli.variants import variants_app
 
 app = typer.Typer(
@@ -18,18 +18,18 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
-app.command("export", help=export.__doc__)(export.export_command)
-app.command("probe", help=probe.__doc__)(probe.probe_command)
+app.command("export", help=models.EXPORT_HELP)(models.export_command)
+app.command("probe", help=models.PROBE_HELP)(models.probe_command)
 app.command("query", help=query.__doc__)(query.query_command)
 app.command("run", help=run.__doc__)(run.run_command)
-app.command("demo", help=demo.__doc__)(demo.demo_command)
+app.command("demo", help=demo.DEMO_HELP)(demo.demo_command)
 app.command("stats", help=stats.__doc__)(stats.stats_command)
-app.command("status", help=status.__doc__)(status.status_command)
-app.command("merge", help=merge.__doc__)(merge.merge_command)
-app.command("bench", help=bench.__doc__)(bench.bench_command)
+app.command("status", help=files.STATUS_HELP)(files.status_command)
+app.command("merge", help=files.MERGE_HELP)(files.merge_command)
+app.command("bench", help=models.BENCH_HELP)(models.bench_command)
 app.command("report", help=report.__doc__)(report.report_command)
 app.add_typer(variants_app, name="variants")
-app.command("zoo", help=zoo.__doc__)(zoo.zoo_command)
+app.command("zoo", help=demo.ZOO_HELP)(demo.zoo_command)
 app.command(
     "lm-eval",
     help=lmeval.__doc__,

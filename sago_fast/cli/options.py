@@ -7,8 +7,6 @@ from typing import Annotated
 
 import typer
 
-from sago_fast import defaults
-
 DeviceOpt = Annotated[str, typer.Option("--device", help="cpu, cuda, or auto (CUDA when it really runs).")]
 DtypeOpt = Annotated[str, typer.Option("--dtype", help="Export precision: fp32 or fp16.")]
 CacheDirOpt = Annotated[
@@ -19,11 +17,3 @@ CacheDirOpt = Annotated[
     ),
 ]
 DbOpt = Annotated[Path, typer.Option("--db", help="DuckDB results file.")]
-# `sago run` takes both from a YAML config too, so there they may be absent on the command line
-OptionalDbOpt = Annotated[Path | None, typer.Option("--db", help="DuckDB results file (appended to).")]
-OptionalDeviceOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--device", help=f"cpu, cuda, or auto (CUDA when it really runs); default {defaults.DEVICE}."
-    ),
-]

@@ -2,214 +2,96 @@
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable
+from dataclasses import fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from types import UnionType
+from typing import TYPE_CHECKING, Annotated, Any, Union, get_args, get_origin, get_type_hints
 
 import typer
 
-from sago_fast import defaults
-from sago_fast.cli.options import CacheDirOpt, OptionalDbOpt, OptionalDeviceOpt
+from sago_fast.run.config import RunConfig
 
 if TYPE_CHECKING:
-    from sago_fast.run import RunConfig
     from sago_fast.run.pipeline import RunResult
 
 
-def run_command(
-    model: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--model",
-            "-m",
-            help="Checkpoint directory, training-run folder (checkpoint-N/, step-N/, ...), LoRA adapter folder, "
-            ".gguf file or hub id (repeatable).",
-        ),
-    ] = None,
-    base: Annotated[
-        str | None,
-        typer.Option(
-            "--base",
-            help="Base model of the LoRA adapters among --model (default: each adapter's base_model_name_or_path).",
-        ),
-    ] = None,
-    dataset: Annotated[
-        list[str] | None, typer.Option("--dataset", "-d", help="Built-in suite or data file (repeatable).")
-    ] = None,
-    db: OptionalDbOpt = None,
-    families: Annotated[
-        list[str] | None, typer.Option("--families", "-F", help="Families to use (repeatable; default all).")
-    ] = None,
-    variants_per_family: Annotated[
-        int | None,
-        typer.Option(
-            "--variants-per-family",
-            "-k",
-            help=f"Variants per family (default {defaults.VARIANTS_PER_FAMILY}).",
-        ),
-    ] = None,
-    limit: Annotated[int | None, typer.Option("--limit", help="First N examples of each dataset.")] = None,
-    device: OptionalDeviceOpt = None,
-    seed: Annotated[
-        int | None, typer.Option("--seed", help=f"Variant seed (default {defaults.SEED}).")
-    ] = None,
-    max_new_tokens: Annotated[
-        int | None,
-        typer.Option(
-            "--max-new-tokens",
-            help=f"Generation tasks: tokens generated at most (default {defaults.MAX_NEW_TOKENS}).",
-        ),
-    ] = None,
-    stop: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--stop",
-            help=f"Generation tasks: stop string (repeatable; default {', '.join(map(repr, defaults.STOP))}).",
-        ),
-    ] = None,
-    no_stats: Annotated[
-        bool, typer.Option("--no-stats", help="Skip the statistics at the end (run `sago stats` later).")
-    ] = False,
-    executor: Annotated[
-        str | None,
-        typer.Option(
-            "--executor",
-            help=f"local or ray (extra sago_fast[ray]; RAY_ADDRESS joins a cluster); default {defaults.EXECUTOR}.",
-        ),
-    ] = None,
-    shard: Annotated[
-        str | None,
-        typer.Option(
-            "--shard", help="i/N: evaluate every N-th unit from the i-th (job arrays); needs --shard-dir."
-        ),
-    ] = None,
-    shard_dir: Annotated[
-        Path | None,
-        typer.Option(
-            "--shard-dir", help="Folder for the Parquet unit folders of --shard (merge with `sago merge`)."
-        ),
-    ] = None,
-    answer_mode: Annotated[
-        str | None,
-        typer.Option(
-            "--answer-mode",
-            help="Multiple choice: cloze (option text, lm-eval acc), cloze_norm (per character, lm-eval "
-            f"acc_norm) or letter (the option label, MMLU/HELM); default {defaults.ANSWER_MODE}. All modes "
-            "are stored.",
-        ),
-    ] = None,
-    chat_template: Annotated[
-        str | None,
-        typer.Option(
-            "--chat-template",
-            help="none (plain prompts) or auto (the tokenizer's chat template when it has one); default "
-            f"{defaults.CHAT_TEMPLATE}.",
-        ),
-    ] = None,
-    system_prompt: Annotated[
-        str | None, typer.Option("--system-prompt", help="System turn (or first paragraph) of every prompt.")
-    ] = None,
-    num_fewshot: Annotated[
-        int | None,
-        typer.Option(
-            "--num-fewshot",
-            help=f"Demonstrations per prompt, never the example itself (default {defaults.NUM_FEWSHOT}).",
-        ),
-    ] = None,
-    fewshot_from: Annotated[
-        str | None,
-        typer.Option(
-            "--fewshot-from",
-            help="Data file (a train/dev split) the demonstrations come from (default: the dataset).",
-        ),
-    ] = None,
-    field: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--field",
-            help="Data files: NAME=SOURCE field mapping (repeatable), e.g. question=question.stem, "
-            "answer_offset=1.",
-        ),
-    ] = None,
-    chunk_memory_mb: Annotated[
-        float | None,
-        typer.Option(
-            "--chunk-memory-mb",
-            help="Each unit is answered and committed in chunks of examples whose next-token and hidden-state "
-            f"arrays fit in this many MB (default {defaults.CHUNK_MEMORY_MB}).",
-        ),
-    ] = None,
-    sample_memory_mb: Annotated[
-        float | None,
-        typer.Option(
-            "--sample-memory-mb",
-            help="kNN instability and CKA keep example activations up to this many MB, then use a seeded "
-            f"sample of examples (default {defaults.SAMPLE_MEMORY_MB}).",
-        ),
-    ] = None,
-    precision: Annotated[
-        float | None,
-        typer.Option(
-            "--precision",
-            help="Sequential units: visit examples in a seeded random order and stop once every followed "
-            "metric's anytime-valid 95% confidence sequence has this half-width (in the metric's units).",
-        ),
-    ] = None,
-    budget: Annotated[
-        int | None,
-        typer.Option(
-            "--budget", help="At most this many examples per (model, dataset), in the seeded visiting order."
-        ),
-    ] = None,
-    until_separated: Annotated[
-        bool,
-        typer.Option(
-            "--until-separated",
-            help="With --precision H: the models advance together and each unit stops once its comparisons "
-            "with the neighbouring models (run order) are settled: for every followed metric, the sign of "
-            "the paired difference known or its anytime-valid half-width within H.",
-        ),
-    ] = False,
-    config: Annotated[
+CONFIG_OPTION = inspect.Parameter(
+    "config",
+    inspect.Parameter.KEYWORD_ONLY,
+    default=None,
+    annotation=Annotated[
         Path | None, typer.Option("--config", help="YAML file with the same settings; options override it.")
-    ] = None,
-    cache_dir: CacheDirOpt = None,
-) -> None:
-    from sago_fast.run import RunConfig, run
+    ],
+)
+
+
+def run_command_for(config_class: type[RunConfig]) -> Callable[..., None]:
+    """The ``sago run`` command of ``config_class``: one option per field with flags (:func:`~sago_fast.run.config.option`),
+    typed from the field (a tuple is a repeatable option, a bool a flag), plus ``--config``; what is given
+    on the command line overrides the YAML file."""
+    parameters = [CONFIG_OPTION]
+    hints = get_type_hints(config_class)
+    for f in fields(config_class):
+        flags = f.metadata.get("flags", ())
+        if flags:
+            kind = bool if hints[f.name] is bool else _cli_type(hints[f.name])
+            default = False if kind is bool else None
+            option = typer.Option(*flags, help=f.metadata["help"])
+            parameters.append(
+                inspect.Parameter(
+                    f.name,
+                    inspect.Parameter.KEYWORD_ONLY,
+                    default=default,
+                    annotation=Annotated[kind, option],
+                )
+            )
+
+    def run_command(config: Path | None = None, **options: Any) -> None:
+        given = {name: _config_value(config_class, name, value) for name, value in options.items()}
+        _run(
+            config_class.from_yaml(config, **given)
+            if config is not None
+            else config_class(**{k: v for k, v in given.items() if v is not None})
+        )
+
+    run_command.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
+    run_command.__annotations__ = {p.name: p.annotation for p in parameters}
+    run_command.__doc__ = __doc__
+    return run_command
+
+
+def _cli_type(hint: Any) -> Any:
+    """The command-line type of a field's type: optional (absent: not given), a tuple as a list."""
+    kinds = [
+        k
+        for k in (get_args(hint) if get_origin(hint) in (Union, UnionType) else (hint,))
+        if k is not type(None)
+    ]
+    kind = kinds[0]
+    return (list[str] if get_origin(kind) is tuple else kind) | None
+
+
+def _config_value(config_class: type[RunConfig], name: str, value: Any) -> Any:
+    """A command-line value as the field takes it: None when not given (a flag left off included), a list
+    as a tuple, ``--no-stats`` as ``stats=False``, ``--stop '\\n'`` as a newline."""
+    if value is None or value is False or value == []:
+        return None
+    flags = config_class.__dataclass_fields__[name].metadata["flags"]
+    if value is True:
+        return not flags[0].startswith("--no-")
+    if isinstance(value, list):
+        value = tuple(value)
+        if name == "stop":
+            value = tuple(v.replace("\\n", "\n").replace("\\t", "\t") for v in value)
+    return value
+
+
+def _run(run_config: RunConfig) -> None:
+    from sago_fast.run import run
     from sago_fast.run.pipeline import UnitsFailedError
 
-    given: dict[str, Any] = {
-        "models": tuple(model or ()),
-        "datasets": tuple(dataset or ()),
-        "db": db,
-        "families": tuple(families) if families else None,
-        "variants_per_family": variants_per_family,
-        "limit": limit,
-        "device": device,
-        "seed": seed,
-        "cache_dir": cache_dir,
-        "max_new_tokens": max_new_tokens,
-        "stats": False if no_stats else None,
-        "executor": executor,
-        "shard": shard,
-        "shard_dir": shard_dir,
-        "answer_mode": answer_mode,
-        "chat_template": chat_template,
-        "system_prompt": system_prompt,
-        "num_fewshot": num_fewshot,
-        "fewshot_from": fewshot_from,
-        "fields": tuple(field) if field else None,
-        "chunk_memory_mb": chunk_memory_mb,
-        "sample_memory_mb": sample_memory_mb,
-        "base": base,
-        "precision": precision,
-        "budget": budget,
-        "until_separated": until_separated or None,
-        "stop": tuple(s.replace("\\n", "\n").replace("\\t", "\t") for s in stop) if stop else None,
-    }
-    if config is not None:
-        run_config = RunConfig.from_yaml(config, **given)
-    else:
-        run_config = RunConfig(**{k: v for k, v in given.items() if v is not None})
     try:
         result = run(run_config, light_start=True)
     except UnitsFailedError as exc:  # what did run is shown before the error line
@@ -241,3 +123,6 @@ def _print_result(result: RunResult, run_config: RunConfig) -> None:
         typer.echo("\ncomparisons of neighbouring models (b - a; see comparison_sequences):")
         typer.echo(render_table(separations.columns, separations.rows))
     typer.echo(f"\n{result.describe()} -> {Path(result.db_path).resolve()}")
+
+
+run_command = run_command_for(RunConfig)

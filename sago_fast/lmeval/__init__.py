@@ -14,7 +14,6 @@ imported until lm-eval builds the model), so ``lm_eval.simple_evaluate(model="sa
 - :mod:`.task_index`: lm-eval's task index built once (per command, and per lm-eval version for its own
   tasks);
 - :mod:`.environment`: lm-eval's environment report gathered once per command.
-- :mod:`.torch_left_out`: lm-eval's torch seed and environment report without importing torch.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ import logging
 import re
 import sys
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from typing import Any
 
 from sago_fast.errors import InputError, SagoError
@@ -21,7 +21,6 @@ from sago_fast.lmeval import MODEL_NAMES
 from sago_fast.lmeval.arguments import check_batch_size, preflight
 from sago_fast.lmeval.environment import environment_report_reused
 from sago_fast.lmeval.task_index import task_index_reused
-from sago_fast.lmeval.torch_left_out import torch_left_out
 
 log = logging.getLogger(__name__)
 
@@ -187,8 +186,9 @@ def run_lmeval_cli(argv: Sequence[str]) -> None:
     runs = [("", ["-h"])] if "-h" in argv else lmeval_argvs(argv)  # -h: lm-eval's own flags
     for _, args in runs[:1] if "-h" not in argv else ():
         check_before_work(args)
-    light = "-h" not in argv and start_light_if_cached(runs)
-    with torch_left_out() if light else nullcontext(), reused_per_command():
+    if "-h" not in argv:
+        start_light_if_cached(runs)
+    with reused_per_command():
         for n, (checkpoint, args) in enumerate(runs, start=1):
             if len(runs) > 1:
                 log.warning("checkpoint %d of %d: %s", n, len(runs), checkpoint)

@@ -3,7 +3,7 @@
 The same function runs in the driver process (in run order, or in lockstep under ``--until-separated``)
 and in Ray tasks; it never touches the results database. Per unit it yields a :class:`ChunkOutcome` per
 answered chunk (its records) and a :class:`UnitOutcome` when the unit's chunks are all answered (its
-:class:`~sago_fast.run.unit_records.UnitEnd`) or it failed. The pipeline writes each chunk as it comes and
+:class:`~sago_fast.units.unit_records.UnitEnd`) or it failed. The pipeline writes each chunk as it comes and
 finishes the unit from its committed chunks.
 """
 
@@ -19,14 +19,14 @@ from typing import TYPE_CHECKING
 from sago_fast.checkpoints.resolve import Checkpoint
 from sago_fast.errors import raise_if_interrupted
 from sago_fast.run.config import RunConfig
-from sago_fast.run.driver import NOTHING_DONE, StopRule, UnitJob, drive_unit
 from sago_fast.run.plan import Unit
 from sago_fast.run.progress import RunProgress
-from sago_fast.run.sequential import own_precision
-from sago_fast.run.unit_records import ChunkRecords, ModelFacts, UnitEnd
 from sago_fast.runtime.progress import NoProgress
 from sago_fast.store.store import ChunksDone
 from sago_fast.types import Dataset, Variant
+from sago_fast.units.driver import NOTHING_DONE, StopRule, UnitJob, drive_unit
+from sago_fast.units.sequential import own_precision
+from sago_fast.units.unit_records import ChunkRecords, ModelFacts, UnitEnd
 
 if TYPE_CHECKING:
     from sago_fast.runtime.model import SagoModel
@@ -72,7 +72,7 @@ class CheckpointJob:
     """What evaluating the units of one checkpoint needs besides the checkpoint and its units: the
     datasets and variants by dataset id, the run's settings, where progress goes, the chunks an earlier
     invocation committed per unit id (those examples are not answered again), when a sequential unit stops
-    (:class:`~sago_fast.run.driver.UnitJob`), ONNX Runtime's intra-op threads (0: its default) and whether
+    (:class:`~sago_fast.units.driver.UnitJob`), ONNX Runtime's intra-op threads (0: its default) and whether
     they spin while they wait (:attr:`~sago_fast.runtime.session.SessionOptions.spinning`)."""
 
     datasets: Mapping[str, Dataset]
@@ -115,7 +115,7 @@ def evaluate_checkpoint(
 
 
 def _units_outcomes(model: SagoModel, unit: Unit, job: CheckpointJob) -> Iterator[ChunkOutcome | UnitOutcome]:
-    """One unit through :func:`~sago_fast.run.driver.drive_unit`: its chunks, then its outcome."""
+    """One unit through :func:`~sago_fast.units.driver.drive_unit`: its chunks, then its outcome."""
     where = str(model.checkpoint.display_path)
     start = time.perf_counter()
     data, config = job.datasets[unit.dataset_id], job.config

@@ -21,14 +21,17 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from sago_fast import defaults
 from sago_fast.store.liveness import dead_reason, start_ticks, utc_now
 from sago_fast.store.shared import SharedFile
-from sago_fast.store.store import Store
+from sago_fast.store.store import ChunksDone, Store
+
+if TYPE_CHECKING:
+    from sago_fast.run.plan import Plan, Unit
 
 log = logging.getLogger(__name__)
 
@@ -282,3 +285,80 @@ class Claims:
                 "me": self.worker.worker_id,
             },
         )
+
+
+class ClaimingSink(Protocol):
+    """What claiming units needs of where a run's rows go (:class:`~sago_fast.run.sinks.Sink` is one)."""
+
+    def chunks_done(self, run_id: str, unit_id: str) -> ChunksDone:
+        """The chunks of an unfinished unit already committed."""
+
+    def claim(self, run_id: str, unit_id: str) -> Claim:
+        """Claim a unit for this process before it is evaluated."""
+
+    def held_elsewhere(self, run_id: str, unit_ids: Sequence[str]) -> bool:
+        """Whether another live process holds any of these units."""
+
+    def shares_cores(self) -> bool:
+        """Whether another live process of this machine writes the same results (any run)."""
+
+
+class Claimer(Protocol):
+    """Claims units one at a time, as an executor reaches them (:class:`UnitClaimer`)."""
+
+    def claim(self, unit: Unit) -> bool:
+        """Whether this process may evaluate ``unit`` now (claimed in the results file for it)."""
+
+    def busy(self, units: list[Unit]) -> bool:
+        """Whether another process is working on some of ``units``."""
+
+    def shares_cores(self) -> bool:
+        """Whether another process of this machine writes the same results file now."""
+
+
+class UnitClaimer:
+    """Claims each unit in the results file before it is evaluated (:mod:`sago_fast.run.claims`): a unit
+    another live process holds, or has finished, is left to it (and counted as done in the progress); a
+    unit taken over from a dead process resumes after the chunks it committed."""
+
+    def __init__(
+        self,
+        sink: ClaimingSink,
+        plan: Plan,
+        resume: dict[str, ChunksDone],
+        on_elsewhere: Callable[[str, str, str], None],
+    ) -> None:
+        """``resume`` gains the committed chunks of each unit claimed; ``on_elsewhere(where, why, unit id)``
+        hears of each unit left to another process."""
+        self.sink, self.plan, self.resume, self.on_elsewhere = sink, plan, resume, on_elsewhere
+        self.elsewhere: list[str] = []
+
+    def claim(self, unit: Unit) -> bool:
+        claim = self.sink.claim(self.plan.run_id, unit.unit_id)
+        where = f"{unit.checkpoint.display_path} × {self.plan.datasets[unit.dataset_id].name}"
+        if not claim.mine:
+            why = "done by another process" if claim.state == "done" else f"running in {claim.holder}"
+            log.info("unit %s: %s, left to it", where, why)
+            self.elsewhere.append(unit.unit_id)
+            self.on_elsewhere(where, why, unit.unit_id)
+            return False
+        done = self.sink.chunks_done(self.plan.run_id, unit.unit_id)
+        if done.n_chunks:
+            self.resume[unit.unit_id] = done
+        if claim.took_over:
+            log.warning(
+                "unit %s: taking over the claim of %s; resuming after %d committed chunks",
+                where,
+                claim.took_over,
+                done.n_chunks,
+            )
+        return True
+
+    def busy(self, units: list[Unit]) -> bool:
+        """Whether another live process holds a unit of ``units`` (a checkpoint's: this one starts
+        elsewhere, so that two processes load different models)."""
+        return self.sink.held_elsewhere(self.plan.run_id, [u.unit_id for u in units])
+
+    def shares_cores(self) -> bool:
+        """Whether another process of this machine writes the same results file now."""
+        return self.sink.shares_cores()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from types import UnionType
 from typing import Any, Union, get_args, get_origin, get_type_hints
@@ -14,69 +14,153 @@ from sago_fast.answers.multiple_choice import DEFAULT_ANSWER_MODE, check_answer_
 from sago_fast.answers.prompting import PromptFormat
 from sago_fast.datasets.readers import FieldMap
 from sago_fast.errors import InputError
-from sago_fast.run.sequential import SequentialSettings
-from sago_fast.run.stream_settings import StreamSettings
 from sago_fast.runtime.decode import GenerationSettings
 from sago_fast.runtime.session import DEVICES
+from sago_fast.units.sequential import SequentialSettings
+from sago_fast.units.stream_settings import StreamSettings
+
+
+def option(default: Any, *flags: str, help: str) -> Any:
+    """A :class:`RunConfig` field declared once: its default, its ``sago run`` flags (none: YAML and Python
+    only) and its help. The command line (:func:`sago_fast.cli.run.run_command_for`) and the YAML keys
+    (:meth:`RunConfig.from_yaml`: the field names) are derived from the fields; a bool whose flag starts
+    with ``--no-`` turns it off."""
+    return field(default=default, metadata={"flags": flags, "help": help})
 
 
 @dataclass(frozen=True)
 class RunConfig:
-    """models: checkpoint paths (or hub ids). datasets: built-in suite names or data files.
+    """The settings of a run, each declared once with its ``sago run`` flags and help (:func:`option`): the
+    command line and the YAML keys (the field names) come from these fields. Checks that span several
+    settings are in ``__post_init__``. ``models`` and ``datasets`` are required; ``db`` too, unless the run
+    is sharded (``shard`` "i/N" with ``shard_dir``: every N-th unit from the i-th into Parquet unit folders,
+    merged with ``sago merge``). A sequential run: ``precision`` / ``budget`` (:mod:`sago_fast.units.sequential`),
+    ``until_separated`` (:mod:`sago_fast.units.separation`)."""
 
-    families: perturbation families (None = all registered); variants_per_family: k; limit: first N
-    examples of each dataset; device: cpu | cuda | auto; db: DuckDB results file; seed: variant seed;
-    cache_dir: export cache (default ~/.cache/sago_fast/exports); max_new_tokens and stop: greedy
-    generation limits for generation tasks (the answer is cut before the first stop string); stats: run
-    ``sago stats`` on the finished run (default seed, 2000 resamples). executor: local | ray;
-    shard "i/N" with shard_dir: evaluate every N-th unit from the i-th and write Parquet unit folders
-    under shard_dir instead of the database (merge them with ``sago merge``); ray_cpus_per_task,
-    ray_max_retries: Ray task resources and retries on worker failure.
-
-    answer_mode: the multiple-choice answer mode the axes read (cloze, cloze_norm, letter; every mode is
-    stored in ``mode_answers``); chat_template: "none" (plain prompts) or "auto" (the tokenizer's chat
-    template when it has one); system_prompt: the system turn of every prompt; num_fewshot: demonstrations
-    per prompt, drawn (seeded, never the example itself) from ``fewshot_from`` (a data file or suite) or
-    else from the dataset itself; fields: ``NAME=SOURCE`` field mappings for data files (as ``sago
-    variants --field``; dotted sources read nested fields, ``answer_offset=1`` for 1-based answers).
-    base: the base model of LoRA adapter folders among ``models`` (default: each adapter's
-    ``base_model_name_or_path``). precision: sequential units that stop once every followed metric's
-    anytime-valid confidence sequence has this half-width (metric units); budget: at most this many
-    examples per (model, dataset), visited in a seeded random order (see :mod:`sago_fast.run.sequential`);
-    until_separated: the units stop once their comparisons with the neighbouring models (in run order) are
-    settled, the sign of each followed metric's difference known or its half-width within ``precision``
-    (the models advance together in this process; see :mod:`sago_fast.run.separation`).
-    """
-
-    models: tuple[str, ...]
-    datasets: tuple[str, ...]
-    db: Path | None = None
-    families: tuple[str, ...] | None = None
-    variants_per_family: int = defaults.VARIANTS_PER_FAMILY
-    limit: int | None = None
-    device: str = defaults.DEVICE
-    seed: int = defaults.SEED
-    cache_dir: Path | None = None
-    max_new_tokens: int = defaults.MAX_NEW_TOKENS
-    stop: tuple[str, ...] = defaults.STOP
-    stats: bool = True
-    executor: str = defaults.EXECUTOR
-    shard: str | None = None
-    shard_dir: Path | None = None
-    ray_cpus_per_task: float = 1.0
-    ray_max_retries: int = 2
-    answer_mode: str = DEFAULT_ANSWER_MODE
-    chat_template: str = defaults.CHAT_TEMPLATE
-    system_prompt: str | None = None
-    num_fewshot: int = defaults.NUM_FEWSHOT
-    fewshot_from: str | None = None
-    fields: tuple[str, ...] = ()
-    chunk_memory_mb: float = defaults.CHUNK_MEMORY_MB
-    sample_memory_mb: float = defaults.SAMPLE_MEMORY_MB
-    base: str | None = None
-    precision: float | None = None
-    budget: int | None = None
-    until_separated: bool = False
+    models: tuple[str, ...] = option(
+        MISSING,
+        "--model",
+        "-m",
+        help="Checkpoint directory, training-run folder (checkpoint-N/, step-N/, ...), LoRA adapter folder, "
+        ".gguf file or hub id (repeatable).",
+    )
+    datasets: tuple[str, ...] = option(
+        MISSING, "--dataset", "-d", help="Built-in suite or data file (repeatable)."
+    )
+    db: Path | None = option(None, "--db", help="DuckDB results file (appended to).")
+    families: tuple[str, ...] | None = option(
+        None, "--families", "-F", help="Families to use (repeatable; default all)."
+    )
+    variants_per_family: int = option(
+        defaults.VARIANTS_PER_FAMILY,
+        "--variants-per-family",
+        "-k",
+        help=f"Variants per family (default {defaults.VARIANTS_PER_FAMILY}).",
+    )
+    limit: int | None = option(None, "--limit", help="First N examples of each dataset.")
+    device: str = option(
+        defaults.DEVICE,
+        "--device",
+        help=f"cpu, cuda, or auto (CUDA when it really runs); default {defaults.DEVICE}.",
+    )
+    seed: int = option(defaults.SEED, "--seed", help=f"Variant seed (default {defaults.SEED}).")
+    cache_dir: Path | None = option(
+        None,
+        "--cache-dir",
+        help="Export cache folder (default $SAGO_CACHE_DIR/exports or ~/.cache/sago_fast/exports).",
+    )
+    max_new_tokens: int = option(
+        defaults.MAX_NEW_TOKENS,
+        "--max-new-tokens",
+        help=f"Generation tasks: tokens generated at most (default {defaults.MAX_NEW_TOKENS}).",
+    )
+    stop: tuple[str, ...] = option(
+        defaults.STOP,
+        "--stop",
+        help=f"Generation tasks: stop string (repeatable; default {', '.join(map(repr, defaults.STOP))}; "
+        "'\\n' and '\\t' are read as escapes).",
+    )
+    stats: bool = option(True, "--no-stats", help="Skip the statistics at the end (run `sago stats` later).")
+    executor: str = option(
+        defaults.EXECUTOR,
+        "--executor",
+        help=f"local or ray (extra sago_fast[ray]; RAY_ADDRESS joins a cluster); default {defaults.EXECUTOR}.",
+    )
+    shard: str | None = option(
+        None, "--shard", help="i/N: evaluate every N-th unit from the i-th (job arrays); needs --shard-dir."
+    )
+    shard_dir: Path | None = option(
+        None, "--shard-dir", help="Folder for the Parquet unit folders of --shard (merge with `sago merge`)."
+    )
+    ray_cpus_per_task: float = option(1.0, help="Ray: CPUs each task takes (YAML and Python only).")
+    ray_max_retries: int = option(2, help="Ray: retries of a task on worker failure (YAML and Python only).")
+    answer_mode: str = option(
+        DEFAULT_ANSWER_MODE,
+        "--answer-mode",
+        help="Multiple choice: cloze (option text, lm-eval acc), cloze_norm (per character, lm-eval "
+        f"acc_norm) or letter (the option label, MMLU/HELM); default {DEFAULT_ANSWER_MODE}. All modes are "
+        "stored.",
+    )
+    chat_template: str = option(
+        defaults.CHAT_TEMPLATE,
+        "--chat-template",
+        help="none (plain prompts) or auto (the tokenizer's chat template when it has one); default "
+        f"{defaults.CHAT_TEMPLATE}.",
+    )
+    system_prompt: str | None = option(
+        None, "--system-prompt", help="System turn (or first paragraph) of every prompt."
+    )
+    num_fewshot: int = option(
+        defaults.NUM_FEWSHOT,
+        "--num-fewshot",
+        help=f"Demonstrations per prompt, never the example itself (default {defaults.NUM_FEWSHOT}).",
+    )
+    fewshot_from: str | None = option(
+        None,
+        "--fewshot-from",
+        help="Data file (a train/dev split) the demonstrations come from (default: the dataset).",
+    )
+    fields: tuple[str, ...] = option(
+        (),
+        "--field",
+        help="Data files: NAME=SOURCE field mapping (repeatable), e.g. question=question.stem, "
+        "answer_offset=1.",
+    )
+    chunk_memory_mb: float = option(
+        defaults.CHUNK_MEMORY_MB,
+        "--chunk-memory-mb",
+        help="Each unit is answered and committed in chunks of examples whose next-token and hidden-state "
+        f"arrays fit in this many MB (default {defaults.CHUNK_MEMORY_MB}).",
+    )
+    sample_memory_mb: float = option(
+        defaults.SAMPLE_MEMORY_MB,
+        "--sample-memory-mb",
+        help="kNN instability and CKA keep example activations up to this many MB, then use a seeded "
+        f"sample of examples (default {defaults.SAMPLE_MEMORY_MB}).",
+    )
+    base: str | None = option(
+        None,
+        "--base",
+        help="Base model of the LoRA adapters among --model (default: each adapter's base_model_name_or_path).",
+    )
+    precision: float | None = option(
+        None,
+        "--precision",
+        help="Sequential units: visit examples in a seeded random order and stop once every followed "
+        "metric's anytime-valid 95% confidence sequence has this half-width (in the metric's units).",
+    )
+    budget: int | None = option(
+        None,
+        "--budget",
+        help="At most this many examples per (model, dataset), in the seeded visiting order.",
+    )
+    until_separated: bool = option(
+        False,
+        "--until-separated",
+        help="With --precision H: the models advance together and each unit stops once its comparisons "
+        "with the neighbouring models (run order) are settled: for every followed metric, the sign of "
+        "the paired difference known or its anytime-valid half-width within H.",
+    )
 
     def __post_init__(self) -> None:
         check_field_types(self)

@@ -15,11 +15,12 @@ import logging
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from sago_fast.errors import InputError
 from sago_fast.registry import Registry
 from sago_fast.run.checkpoint import CheckpointJob, ChunkOutcome, UnitOutcome, evaluate_checkpoint
+from sago_fast.run.claims import Claimer
 from sago_fast.run.config import RunConfig
 from sago_fast.run.plan import Plan, Unit
 from sago_fast.run.progress import RunProgress
@@ -37,17 +38,6 @@ def _subset(plan: Plan, units: Sequence[Unit]) -> tuple[dict, dict]:
     return {k: v for k, v in plan.datasets.items() if k in ids}, {
         k: v for k, v in plan.variants.items() if k in ids
     }
-
-
-class Claimer(Protocol):
-    def claim(self, unit: Unit) -> bool:
-        """Whether this process may evaluate ``unit`` now (claimed in the results file for it)."""
-
-    def busy(self, units: list[Unit]) -> bool:
-        """Whether another process is working on some of ``units``."""
-
-    def shares_cores(self) -> bool:
-        """Whether another process of this machine writes the same results file now."""
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 Every checkpoint is a stream of outcomes (:func:`~sago_fast.run.checkpoint.evaluate_checkpoint`: its model
 loaded once, its datasets in run order). The scheduler always advances the stream that is furthest
 behind: the one on the earliest dataset with the fewest examples committed in it (ties: run order), one
-chunk at a time. Every chunk's values go to the :class:`~sago_fast.run.separation.SeparationMonitor`
+chunk at a time. Every chunk's values go to the :class:`~sago_fast.units.separation.SeparationMonitor`
 (its comparison bounds are written with the chunk), and a unit asks the monitor at each of its turns
 whether to stop. The models of a run are therefore loaded together while they are compared.
 """
@@ -17,13 +17,13 @@ from dataclasses import dataclass, replace
 from sago_fast.errors import InputError
 from sago_fast.run.checkpoint import CheckpointJob, ChunkOutcome, UnitOutcome, evaluate_checkpoint
 from sago_fast.run.config import RunConfig
-from sago_fast.run.driver import NOTHING_DONE
 from sago_fast.run.executors import Work
 from sago_fast.run.plan import Plan, Unit
-from sago_fast.run.separation import SeparationMonitor, Side
-from sago_fast.run.sequential import visited_variants
 from sago_fast.store.rows import decode_values
 from sago_fast.store.store import ChunksDone
+from sago_fast.units.driver import NOTHING_DONE
+from sago_fast.units.separation import SeparationMonitor, Side
+from sago_fast.units.sequential import visited_variants
 
 log = logging.getLogger(__name__)
 

@@ -128,7 +128,7 @@ def _described(store: Store, run_id: str, units: dict[str, PlannedUnit]) -> list
     (an older folder) did not say them."""
     _, rows = store.query(
         """SELECT u.unit_id, u.checkpoint, d.name, u.n_examples FROM units u
-           LEFT JOIN (SELECT dataset_id, any_value(name) AS name FROM datasets GROUP BY 1) d
+           LEFT JOIN (SELECT dataset_id, dataset AS name FROM dataset_names) d
            ON d.dataset_id = u.dataset_id WHERE u.run_id = $run""",
         {"run": run_id},
     )

@@ -10,18 +10,17 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+from sago_fast.atomic import is_disk_full
 from sago_fast.axes import DATASET_SCORERS
 from sago_fast.axes.levels import unpack_partials
 from sago_fast.errors import DiskFullError, Interrupted, SagoError
 from sago_fast.run.checkpoint import ChunkOutcome, UnitOutcome
-from sago_fast.run.chunk import finish_unit
-from sago_fast.run.claims import PlannedUnit
+from sago_fast.run.claims import PlannedUnit, UnitClaimer
 from sago_fast.run.committer import Committer
 from sago_fast.run.config import RunConfig
 from sago_fast.run.executors import EXECUTORS, Work
 from sago_fast.run.plan import Plan, Unit, parse_shard, plan_run
 from sago_fast.run.progress import RunProgress
-from sago_fast.run.separation import say_committed
 from sago_fast.run.sinks import DuckDBSink, ParquetShardSink, Sink
 from sago_fast.runinfo import run_row
 from sago_fast.runtime.light import start_without_torch_if_exported
@@ -29,6 +28,8 @@ from sago_fast.store import Store
 from sago_fast.store import rows as build
 from sago_fast.store.store import ChunksDone
 from sago_fast.types import Dataset
+from sago_fast.units.chunk import finish_unit
+from sago_fast.units.separation import say_committed
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +108,7 @@ def run(
     interrupted = False
     try:  # from here on, a Ctrl-C says what is kept and how to resume
         resume = _committed_chunks(sink, plan, config, todo, skipped, len(units))
-        claimer = UnitClaimer(sink, plan, writer, resume)
+        claimer = UnitClaimer(sink, plan, resume, writer.shown.elsewhere)
         lazily = config.executor == "local" and not config.until_separated
         if not lazily:  # Ray tasks and lockstep models start together: their units are claimed now
             todo = [u for u in todo if claimer.claim(u)]
@@ -198,46 +199,6 @@ def _planned_examples(data: Dataset, config: RunConfig) -> int:
     """The examples a unit answers at most (a sequential unit may stop before)."""
     n = len(data.examples)
     return min(n, config.budget) if config.budget is not None else n
-
-
-class UnitClaimer:
-    """Claims each unit in the results file before it is evaluated (:mod:`sago_fast.run.claims`): a unit
-    another live process holds, or has finished, is left to it (and counted as done in the progress); a
-    unit taken over from a dead process resumes after the chunks it committed."""
-
-    def __init__(self, sink: Sink, plan: Plan, writer: _Writer, resume: dict[str, ChunksDone]) -> None:
-        self.sink, self.plan, self.writer, self.resume = sink, plan, writer, resume
-        self.elsewhere: list[str] = []
-
-    def claim(self, unit: Unit) -> bool:
-        claim = self.sink.claim(self.plan.run_id, unit.unit_id)
-        where = f"{unit.checkpoint.display_path} × {self.plan.datasets[unit.dataset_id].name}"
-        if not claim.mine:
-            why = "done by another process" if claim.state == "done" else f"running in {claim.holder}"
-            log.info("unit %s: %s, left to it", where, why)
-            self.elsewhere.append(unit.unit_id)
-            self.writer.shown.elsewhere(where, why, unit.unit_id)
-            return False
-        done = self.sink.chunks_done(self.plan.run_id, unit.unit_id)
-        if done.n_chunks:
-            self.resume[unit.unit_id] = done
-        if claim.took_over:
-            log.warning(
-                "unit %s: taking over the claim of %s; resuming after %d committed chunks",
-                where,
-                claim.took_over,
-                done.n_chunks,
-            )
-        return True
-
-    def busy(self, units: list[Unit]) -> bool:
-        """Whether another live process holds a unit of ``units`` (a checkpoint's: this one starts
-        elsewhere, so that two processes load different models)."""
-        return self.sink.held_elsewhere(self.plan.run_id, [u.unit_id for u in units])
-
-    def shares_cores(self) -> bool:
-        """Whether another process of this machine writes the same results file now."""
-        return self.sink.shares_cores()
 
 
 class _Writer:
@@ -361,20 +322,13 @@ def _statistics(db: Any, run_id: str, *, fresh: bool, n_units: int) -> None:
 
 
 def check_run_outputs(config: RunConfig) -> str:
-    """Before any work: the device runs (returned resolved), and the results file or shard folder can be
-    written."""
-    from sago_fast.atomic import check_writable
-    from sago_fast.paths import check_cache_writable
+    """Before any work: the device runs (returned resolved), and the results file or shard folder and the
+    caches can be written (:func:`sago_fast.paths.check_outputs`)."""
+    from sago_fast.paths import check_outputs
     from sago_fast.runtime.session import check_device
-    from sago_fast.store.store import check_db_name
 
     device = check_device(config.device)
-    check_cache_writable(config.cache_dir)  # the export cache and the cache root
-    if config.shard is not None and config.shard_dir is not None:
-        check_writable(config.shard_dir, what="--shard-dir", directory=True)
-    elif config.db is not None:
-        check_db_name(config.db)
-        check_writable(config.db, what="--db")
+    check_outputs(config.db if config.shard is None else None, config.shard_dir, config.cache_dir)
     return device
 
 
@@ -429,15 +383,3 @@ def _write(sink: Sink, where: str, write: Callable[[], bool]) -> None:
                 "and units before it are kept; free some space and run the same command again to finish"
             ) from None
         raise
-
-
-DISK_FULL_MARKERS = ("no space left", "file too large", "disk full", "enospc", "efbig")
-
-
-def is_disk_full(exc: BaseException) -> bool:
-    """Whether a write failed for want of space (ENOSPC) or by the file size limit (EFBIG)."""
-    import errno
-
-    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EFBIG):
-        return True
-    return any(marker in str(exc).lower() for marker in DISK_FULL_MARKERS)

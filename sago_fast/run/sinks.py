@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from sago_fast.run.claims import Claim, Claims, ClaimSettings, PlannedUnit
+from sago_fast.run.claims import Claim, ClaimingSink, Claims, ClaimSettings, PlannedUnit
 from sago_fast.store import Store
 from sago_fast.store.rows import TableRows
 from sago_fast.store.shared import SharedFile
@@ -36,16 +36,13 @@ SHARD_FORMAT = 1
 CHUNK_DONE = "chunk.json"
 
 
-class Sink(Protocol):
+class Sink(ClaimingSink, Protocol):
     """Receives a run's chunks and finished units."""
 
     where: str  # the database file or shard folder, for messages
 
     def finished(self, run_id: str, unit_ids: Sequence[str]) -> set[str]:
         """The units among ``unit_ids`` already finished by an earlier invocation."""
-
-    def chunks_done(self, run_id: str, unit_id: str) -> ChunksDone:
-        """The chunks of an unfinished unit already committed."""
 
     def write_chunk(self, run_id: str, unit_id: str, chunk: int, rows: TableRows) -> bool:
         """Write one chunk (all or nothing); False when it was already there."""
@@ -59,17 +56,8 @@ class Sink(Protocol):
     def finish(self, run_id: str, status: str, provider: str) -> tuple[int, int]:
         """Record how the run ended; returns (units of the run not done, other live processes on it)."""
 
-    def claim(self, run_id: str, unit_id: str) -> Claim:
-        """Claim a unit for this process before it is evaluated."""
-
     def release(self, run_id: str, unit_id: str, state: str, error: str | None = None) -> None:
         """This process's claim ends: ``done``, ``failed`` (with ``error``) or ``waiting``."""
-
-    def held_elsewhere(self, run_id: str, unit_ids: Sequence[str]) -> bool:
-        """Whether another live process holds any of these units."""
-
-    def shares_cores(self) -> bool:
-        """Whether another live process of this machine writes the same results (any run)."""
 
     def close(self) -> None: ...
 

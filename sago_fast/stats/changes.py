@@ -7,7 +7,7 @@ comparisons are adjusted together (Benjamini–Hochberg). Consecutive steps with
 recorded with a change of 0 and no test. ``significant``: adjusted p below ``alpha``; for checkpoints
 compared with ``sago run --until-separated``, whose units stopped on these differences, the paired
 anytime-valid sequence is the CI (no p-value) and ``significant`` means it excludes 0; those sequences
-are built at alpha split over the run's comparisons (:mod:`sago_fast.run.separation`), so the family's
+are built at alpha split over the run's comparisons (:mod:`sago_fast.units.separation`), so the family's
 error is controlled either way (:func:`sago_fast.stats.methods.comparison_significant`).
 """
 

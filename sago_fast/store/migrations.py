@@ -537,4 +537,11 @@ MIGRATIONS: tuple[Migration, ...] = (
         ALTER TABLE outputs ADD COLUMN prompt_read VARCHAR;
         """,
     ),
+    Migration(
+        18,
+        "dataset_names view: one display name per dataset, beside model_names",
+        """
+        CREATE VIEW dataset_names AS SELECT dataset_id, any_value(name) AS dataset FROM datasets GROUP BY 1;
+        """,
+    ),
 )

@@ -18,7 +18,7 @@ def summary_sql() -> tuple[str, dict[str, Any]]:
     its ``item_scores`` value (and ``prompts_cut``: outputs whose prompt was cut from the left to fit the
     model, lm-eval's rule): the same number ``model_scores``, the report and ``checkpoint_changes``
     estimate (a layer-wise metric's item value is its mean over layers at mean pooling, see
-    :func:`sago_fast.run.chunk.layer_item_scores`). Metric names are parameters; column names are
+    :func:`sago_fast.units.chunk.layer_item_scores`). Metric names are parameters; column names are
     catalogue names."""
     params: dict[str, Any] = {}
     item_columns, selected = [], []

@@ -7,7 +7,6 @@ as they are. Callers never unpack positional tuples.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,241 +35,6 @@ def cell_text(value: Any, digits: int = 6) -> str:
     return str(value)
 
 
-_RUN = (
-    "SELECT run_id, created_at, command, sago_version, device, provider, status FROM runs WHERE run_id = $run"
-)
-
-_HEADLINE = """
-    WITH names AS (SELECT model_id, model FROM model_names), ds AS (SELECT dataset_id, any_value(name) AS dataset FROM datasets GROUP BY 1),
-    picked AS (
-    SELECT DISTINCT dataset_id, axis, metric, family FROM rankings
-    WHERE run_id = $run AND source = (SELECT any_value(name) FROM datasets d WHERE d.dataset_id = rankings.dataset_id)
-    AND axis <> 'worst_axis'
-    )
-    SELECT n.model, ds.dataset, s.axis, s.metric, s.estimate, s.ci_low, s.ci_high, s.p_adjusted, s.n_items, s.test
-    FROM model_scores s JOIN picked p USING (dataset_id, axis, metric)
-    JOIN names n USING (model_id) JOIN ds USING (dataset_id)
-    WHERE s.run_id = $run AND s.family IS NOT DISTINCT FROM p.family
-    ORDER BY ds.dataset, s.axis, n.model
-"""
-
-_TESTS = "SELECT DISTINCT test FROM model_scores WHERE run_id = $run AND test IS NOT NULL ORDER BY 1"
-
-_TRAJECTORIES = """
-    WITH ds AS (SELECT dataset_id, any_value(name) AS dataset FROM datasets GROUP BY 1),
-    picked AS (
-    SELECT DISTINCT dataset_id, axis, metric, family FROM rankings
-    WHERE run_id = $run AND source = (SELECT any_value(name) FROM datasets d WHERE d.dataset_id = rankings.dataset_id)
-    AND axis <> 'worst_axis'
-    )
-    SELECT regexp_extract(t.training_run, '[^/]+$') AS training_run, ds.dataset, t.axis, t.metric, t.step,
-    t.estimate, t.ci_low, t.ci_high
-    FROM training_trajectories t JOIN picked p USING (dataset_id, axis, metric) JOIN ds USING (dataset_id)
-    WHERE t.run_id = $run AND t.family IS NOT DISTINCT FROM p.family
-    ORDER BY 1, 2, 3, 5
-"""
-
-_SIGNIFICANT_CHANGES = """
-    SELECT regexp_extract(c.training_run, '[^/]+$') AS training_run, d.name AS dataset, c.axis, c.metric,
-    c.step_from, c.step_to, c.change, c.ci_low, c.ci_high, c.p_adjusted
-    FROM checkpoint_changes c JOIN (SELECT dataset_id, any_value(name) AS name FROM datasets GROUP BY 1) d USING (dataset_id)
-    WHERE c.run_id = $run AND c.significant
-    ORDER BY 1, 2, 3, 5
-"""
-
-_SEQUENCES = """
-    SELECT m.name AS model, d.name AS dataset, s.metric, s.n_examples, s.half_width, s.precision
-    FROM confidence_sequences s
-    JOIN (SELECT model_id, any_value(model) AS name FROM model_names GROUP BY 1) m USING (model_id)
-    JOIN (SELECT dataset_id, any_value(name) AS name FROM datasets GROUP BY 1) d USING (dataset_id)
-    WHERE s.run_id = $run
-    ORDER BY 1, 2, 3, 4
-"""
-
-_LAYERS = """
-    SELECT any_value(m.model) AS model, any_value(d.name) AS dataset, l.layer, avg(l.value) AS value
-    FROM layer_scores l JOIN model_names m USING (model_id) JOIN datasets d USING (dataset_id)
-    WHERE l.run_id = $run AND l.metric = 'dispersion' AND l.family IS NULL AND l.pooling = 'mean'
-    GROUP BY l.model_id, l.dataset_id, l.layer ORDER BY 1, 2, 3
-"""
-
-_RANKS = """
-    SELECT r.axis, r.metric, r.source, any_value(m.model) AS model, any_value(r.rank) AS rank
-    FROM rankings r JOIN model_names m USING (model_id)
-    WHERE r.run_id = $run AND strpos(r.source, '/') = 0
-    GROUP BY r.axis, r.metric, r.source, r.model_id ORDER BY 1, 3, 4
-"""
-
-_REVERSALS = """
-    WITH n AS (SELECT model_id, model FROM model_names),
-    ds AS (SELECT dataset_id, any_value(name) AS dataset FROM datasets GROUP BY 1)
-    SELECT r.axis, r.metric, a.model AS model_a, b.model AS model_b, da.dataset AS dataset_a,
-    round(r.difference_a, 4) AS difference_a, round(r.p_adjusted_a, 4) AS p_adjusted_a,
-    db.dataset AS dataset_b, round(r.difference_b, 4) AS difference_b, round(r.p_adjusted_b, 4) AS p_adjusted_b
-    FROM rank_reversals r JOIN n a ON a.model_id = r.model_a JOIN n b ON b.model_id = r.model_b
-    JOIN ds da ON da.dataset_id = r.dataset_a JOIN ds db ON db.dataset_id = r.dataset_b
-    WHERE r.run_id = $run ORDER BY 1, 2, 3, 4
-"""
-
-_AGREEMENT = """
-    SELECT axis, metric, statistic, source_a, source_b, round(value, 3) AS value, round(ci_low, 3) AS ci_low,
-    round(ci_high, 3) AS ci_high, round(p_value, 4) AS p_value, n_models
-    FROM ranking_agreement WHERE run_id = $run AND (source_a IS NULL OR strpos(source_a, '/') = 0)
-    ORDER BY statistic DESC, axis, source_a, source_b
-"""
-
-_CORRELATIONS = """
-    SELECT any_value(m.model) AS model, any_value(d.name) AS dataset, c.axis_a, c.axis_b,
-    any_value(c.spearman) AS spearman, any_value(c.partial) AS partial
-    FROM axis_correlations c JOIN model_names m USING (model_id) JOIN datasets d USING (dataset_id)
-    WHERE c.run_id = $run GROUP BY c.model_id, c.dataset_id, c.axis_a, c.axis_b ORDER BY 1, 2, 3, 4
-"""
-
-_SIGNIFICANCE = """
-    WITH n AS (SELECT model_id, model FROM model_names),
-    ds AS (SELECT dataset_id, any_value(name) AS dataset FROM datasets GROUP BY 1)
-    SELECT n.model, ds.dataset, s.axis, s.metric, s.family, round(s.estimate, 4) AS estimate,
-    round(s.ci_low, 4) AS ci_low, round(s.ci_high, 4) AS ci_high, s.test,
-    round(s.null_value, 4) AS null_value, round(s.effect, 4) AS effect, s.p_value, s.p_adjusted, s.n_items
-    FROM model_scores s JOIN n USING (model_id) JOIN ds USING (dataset_id)
-    WHERE s.run_id = $run AND s.p_value IS NOT NULL
-    ORDER BY ds.dataset, s.axis, s.metric, s.family NULLS FIRST, n.model
-"""
-
-_UNSTABLE = """
-    SELECT s.model_id, s.dataset_id, s.example_id, s.value,
-    any_value(m.model) AS model, any_value(d.name) AS dataset, any_value(e.question) AS question
-    FROM item_scores s JOIN model_names m USING (model_id) JOIN datasets d USING (dataset_id)
-    JOIN examples e ON e.dataset_id = s.dataset_id AND e.example_id = s.example_id
-    WHERE s.run_id = $run AND s.axis = 'generation' AND s.metric = 'answer_disagreement' AND s.family IS NULL
-    GROUP BY s.model_id, s.dataset_id, s.example_id, s.value
-    QUALIFY row_number() OVER (PARTITION BY s.dataset_id ORDER BY s.value DESC, s.example_id, s.model_id) <= $per_dataset
-    ORDER BY s.value DESC, s.dataset_id, s.example_id, s.model_id LIMIT $limit
-"""
-
-_EXAMPLE_VARIANTS = """
-    SELECT v.family, v.prompt, o.answer, o.correct, coalesce(o.generation, '') AS generation
-    FROM outputs o JOIN variants v ON v.dataset_id = o.dataset_id AND v.variant_id = o.variant_id
-    WHERE o.run_id = $run AND o.model_id = $model AND o.dataset_id = $dataset AND o.example_id = $example
-    AND o.replicate = 0
-    ORDER BY v.is_canonical DESC, v.variant_id
-"""
-
-_N_DATASETS = "SELECT count(DISTINCT dataset_id) AS n FROM item_scores WHERE run_id = $run"
-
-_LATEST_DONE_RUN = "SELECT run_id FROM runs WHERE status IN ('done', 'unscored') ORDER BY created_at DESC, run_id DESC LIMIT 1"
-
-_RUN_EXISTS = "SELECT count(*) AS n FROM runs WHERE run_id = $run"
-
-_ITEM_SCORES = "SELECT model_id, dataset_id, axis, metric, family, example_id, value FROM item_scores WHERE run_id = $run"
-
-_MODEL_NAMES = "SELECT model_id, model FROM model_names"
-
-_CHECKPOINT_POSITIONS = """
-    SELECT model_id, training_run, step FROM checkpoint_names
-    WHERE run_id = $run AND training_run IS NOT NULL AND step IS NOT NULL
-    ORDER BY training_run, step, checkpoint
-"""
-
-_N_CHANGES = "SELECT count(*) AS n FROM checkpoint_changes WHERE run_id = $run"
-
-_PROMPTS_CUT = """
-    SELECT count(*) AS n, count(*) FILTER (WHERE replicate > 0) AS replicates,
-           coalesce(max(prompt_tokens_cut), 0) AS most
-    FROM outputs WHERE run_id = $run AND prompt_tokens_cut > 0
-"""
-
-_FINAL_SEQUENCES = """
-    SELECT s.model_id, s.dataset_id, s.metric, s.lower, s.upper, s.n_values
-    FROM confidence_sequences s
-    JOIN (SELECT unit_id, max(chunk) AS chunk FROM confidence_sequences WHERE run_id = $run GROUP BY 1) last
-    ON last.unit_id = s.unit_id AND last.chunk = s.chunk
-    WHERE s.run_id = $run
-    ORDER BY 1, 2, 3
-"""
-
-_FINAL_COMPARISONS = """
-    SELECT dataset_id, model_a, model_b, metric, lower, upper FROM comparison_sequences
-    WHERE run_id = $run
-    QUALIFY row_number() OVER (PARTITION BY dataset_id, model_a, model_b, metric ORDER BY n_examples DESC) = 1
-    ORDER BY 1, 2, 3, 4
-"""
-
-_SEQUENTIAL_UNITS = """
-    SELECT m.name AS model, d.name AS dataset, u.stop_reason, u.n_examples AS examples_used,
-    u.examples_available
-    FROM units u
-    JOIN (SELECT model_id, any_value(model) AS name FROM model_names GROUP BY 1) m USING (model_id)
-    JOIN (SELECT dataset_id, any_value(name) AS name FROM datasets GROUP BY 1) d USING (dataset_id)
-    WHERE u.run_id = $run AND u.stop_reason IS NOT NULL
-    ORDER BY 1, 2
-"""
-
-_SEPARATIONS = """
-    WITH last AS (
-    SELECT *, row_number() OVER (
-    PARTITION BY dataset_id, model_a, model_b, metric ORDER BY n_examples DESC) AS latest
-    FROM comparison_sequences WHERE run_id = $run),
-    names AS (SELECT model_id, any_value(model) AS name FROM model_names GROUP BY 1)
-    SELECT a.name AS model_a, b.name AS model_b, d.name AS dataset, l.metric, l.n_examples,
-    round(l.difference, 4) AS difference, round(l.lower, 4) AS lower, round(l.upper, 4) AS upper,
-    CASE WHEN l.sign > 0 THEN 'model_b higher' WHEN l.sign < 0 THEN 'model_a higher'
-    WHEN l.settled THEN 'within precision' ELSE 'open' END AS verdict
-    FROM last l JOIN names a ON a.model_id = l.model_a JOIN names b ON b.model_id = l.model_b
-    JOIN (SELECT dataset_id, any_value(name) AS name FROM datasets GROUP BY 1) d USING (dataset_id)
-    WHERE l.latest = 1
-    ORDER BY 3, 1, 2, 4
-"""
-
-_CHANGES = """
-    SELECT regexp_extract(c.training_run, '[^/]+$') AS training_run, d.name AS dataset, c.axis, c.metric,
-    c.step_from, c.step_to, c.mean_from, c.mean_to, c.change, c.ci_low, c.ci_high, c.p_adjusted
-    FROM checkpoint_changes c JOIN (SELECT dataset_id, any_value(name) AS name FROM datasets GROUP BY 1) d
-    USING (dataset_id)
-    WHERE c.run_id = $run AND c.significant
-    ORDER BY 1, 2, 3, 4, 5
-"""
-
-_DATASET_NAMES = "SELECT dataset_id, any_value(name) AS name FROM datasets GROUP BY 1"
-
-_REPLICATE_DISTANCE = """
-    SELECT model_id, dataset_id, example_id, avg(value) AS value FROM layer_scores
-    WHERE run_id = $run AND metric = 'replicate_distance' AND pooling = 'mean' GROUP BY ALL
-"""
-
-_VARIANT_COUNTS = """
-    SELECT o.dataset_id, o.example_id, v.family, bool_or(v.meaning_preserving) AS preserving, count(DISTINCT o.variant_id) AS n
-    FROM outputs o JOIN variants v ON v.dataset_id = o.dataset_id AND v.variant_id = o.variant_id
-    WHERE o.run_id = $run AND o.replicate = 0 GROUP BY ALL
-"""
-
-_CANONICAL_OUTPUTS = """
-    SELECT o.model_id, o.dataset_id, o.example_id, o.replicate, o.correct, o.p_gold, o.option_logprobs
-    FROM outputs o JOIN variants v ON v.dataset_id = o.dataset_id AND v.variant_id = o.variant_id
-    WHERE o.run_id = $run AND v.is_canonical
-"""
-
-
-def _rows_read(sql: str, doc: str) -> Callable[[RunReads], list[Row]]:
-    """A read method returning named rows of ``sql`` (its columns: ``doc``)."""
-
-    def read(self: RunReads) -> list[Row]:
-        return self._rows(sql)
-
-    read.__doc__ = doc
-    return read
-
-
-def _table_read(sql: str, doc: str) -> Callable[[RunReads], Table]:
-    """A read method returning ``sql``'s result as a :class:`Table` (shown as it is)."""
-
-    def read(self: RunReads) -> Table:
-        return self._table(sql)
-
-    read.__doc__ = doc
-    return read
-
-
 class RunReads:
     """The reads of one run (``run_id``) of ``store``."""
 
@@ -286,101 +50,335 @@ class RunReads:
     def _rows(self, sql: str, **params: Any) -> list[Row]:
         return self._table(sql, **params).records()
 
-    # -- the run ------------------------------------------------------------------------------------------
     def exists(self) -> bool:
-        return bool(self._rows(_RUN_EXISTS)[0]["n"])
+        return bool(self._rows("SELECT count(*) AS n FROM runs WHERE run_id = $run")[0]["n"])
 
     def run_info(self) -> Row | None:
         """run_id, created_at, command, sago_version, device, provider, status."""
-        rows = self._rows(_RUN)
+        rows = self._rows("""
+                SELECT run_id, created_at, command, sago_version, device, provider, status FROM runs WHERE run_id = $run
+            """)
         return rows[0] if rows else None
 
     def model_names(self) -> dict[str, str]:
-        return {r["model_id"]: r["model"] for r in self._rows(_MODEL_NAMES)}
+        return {r["model_id"]: r["model"] for r in self._rows("SELECT model_id, model FROM model_names")}
 
     def dataset_names(self) -> dict[str, str]:
-        return {r["dataset_id"]: r["name"] for r in self._rows(_DATASET_NAMES)}
+        return {
+            r["dataset_id"]: r["name"]
+            for r in self._rows("SELECT dataset_id, dataset AS name FROM dataset_names")
+        }
 
     def n_changes(self) -> int:
-        return int(self._rows(_N_CHANGES)[0]["n"])
+        return int(self._rows("SELECT count(*) AS n FROM checkpoint_changes WHERE run_id = $run")[0]["n"])
 
     def prompts_cut(self) -> Row:
         """n: ``outputs`` rows whose prompt was cut from the left to fit the model (replicates: those of
         the replicate pass among them); most: the most tokens cut."""
-        return self._rows(_PROMPTS_CUT)[0]
+        return self._rows("""
+                SELECT count(*) AS n, count(*) FILTER (WHERE replicate > 0) AS replicates,
+                coalesce(max(prompt_tokens_cut), 0) AS most
+                FROM outputs WHERE run_id = $run AND prompt_tokens_cut > 0
+            """)[0]
 
     def n_datasets(self) -> int:
-        return int(self._rows(_N_DATASETS)[0]["n"])
+        return int(
+            self._rows("SELECT count(DISTINCT dataset_id) AS n FROM item_scores WHERE run_id = $run")[0]["n"]
+        )
 
     def tests(self) -> list[str]:
-        return [r["test"] for r in self._rows(_TESTS)]
+        return [
+            r["test"]
+            for r in self._rows("""
+                SELECT DISTINCT test FROM model_scores WHERE run_id = $run AND test IS NOT NULL ORDER BY 1
+            """)
+        ]
 
     def unstable(self, limit: int, per_dataset: int) -> list[Row]:
         """model_id, dataset_id, example_id, value, model, dataset, question of the examples with the
         highest answer disagreement."""
-        return self._rows(_UNSTABLE, limit=limit, per_dataset=per_dataset)
+        return self._rows(
+            """
+                SELECT s.model_id, s.dataset_id, s.example_id, s.value,
+                any_value(m.model) AS model, any_value(d.name) AS dataset, any_value(e.question) AS question
+                FROM item_scores s JOIN model_names m USING (model_id) JOIN datasets d USING (dataset_id)
+                JOIN examples e ON e.dataset_id = s.dataset_id AND e.example_id = s.example_id
+                WHERE s.run_id = $run AND s.axis = 'generation' AND s.metric = 'answer_disagreement' AND s.family IS NULL
+                GROUP BY s.model_id, s.dataset_id, s.example_id, s.value
+                QUALIFY row_number() OVER (PARTITION BY s.dataset_id ORDER BY s.value DESC, s.example_id, s.model_id) <= $per_dataset
+                ORDER BY s.value DESC, s.dataset_id, s.example_id, s.model_id LIMIT $limit
+            """,
+            limit=limit,
+            per_dataset=per_dataset,
+        )
 
     def example_variants(self, model_id: str, dataset_id: str, example_id: str) -> list[Row]:
         """family, prompt, answer, correct, generation of one example's variants (canonical first)."""
-        return self._rows(_EXAMPLE_VARIANTS, model=model_id, dataset=dataset_id, example=example_id)
+        return self._rows(
+            """
+                SELECT v.family, v.prompt, o.answer, o.correct, coalesce(o.generation, '') AS generation
+                FROM outputs o JOIN variants v ON v.dataset_id = o.dataset_id AND v.variant_id = o.variant_id
+                WHERE o.run_id = $run AND o.model_id = $model AND o.dataset_id = $dataset AND o.example_id = $example
+                AND o.replicate = 0
+                ORDER BY v.is_canonical DESC, v.variant_id
+            """,
+            model=model_id,
+            dataset=dataset_id,
+            example=example_id,
+        )
 
-    # -- named rows: the statistics, the report's plots --------------------------------------------------------
-    checkpoint_positions = _rows_read(_CHECKPOINT_POSITIONS, "model_id, training_run, step, in step order.")
-    item_scores = _rows_read(_ITEM_SCORES, "model_id, dataset_id, axis, metric, family, example_id, value.")
-    canonical_outputs = _rows_read(
-        _CANONICAL_OUTPUTS, "model_id, dataset_id, example_id, replicate, correct, p_gold, option_logprobs."
-    )
-    replicate_distances = _rows_read(
-        _REPLICATE_DISTANCE, "model_id, dataset_id, example_id, value: the replicate pair, mean over layers."
-    )
-    variant_counts = _rows_read(_VARIANT_COUNTS, "dataset_id, example_id, family, preserving, n.")
-    final_sequences = _rows_read(
-        _FINAL_SEQUENCES, "model_id, dataset_id, metric, lower, upper, n_values after each unit's last chunk."
-    )
-    final_comparisons = _rows_read(
-        _FINAL_COMPARISONS,
-        "dataset_id, model_a, model_b, metric, lower, upper of each comparison at its end.",
-    )
-    layers = _rows_read(_LAYERS, "model, dataset, layer, value: dispersion per layer (mean pooling).")
-    ranks = _rows_read(_RANKS, "axis, metric, source, model, rank.")
-    correlations = _rows_read(_CORRELATIONS, "model, dataset, axis_a, axis_b, spearman, partial.")
-    trajectories = _rows_read(
-        _TRAJECTORIES,
-        "training_run, dataset, axis, metric, step, estimate, ci_low, ci_high (headline metrics).",
-    )
-    sequences = _rows_read(
-        _SEQUENCES, "model, dataset, metric, n_examples, half_width, precision of every sequential chunk."
-    )
+    def checkpoint_positions(self) -> list[Row]:
+        """model_id, training_run, step, in step order."""
+        return self._rows(
+            """
+                SELECT model_id, training_run, step FROM checkpoint_names
+                WHERE run_id = $run AND training_run IS NOT NULL AND step IS NOT NULL
+                ORDER BY training_run, step, checkpoint
+            """
+        )
 
-    # -- tables shown as they are ------------------------------------------------------------------------------
-    headline = _table_read(_HEADLINE, "Each model × dataset × axis: its headline metric's estimate and CI.")
-    reversals = _table_read(_REVERSALS, "Significant rank reversals between datasets.")
-    agreement = _table_read(_AGREEMENT, "Ranking agreement between datasets (Kendall's W, tau).")
-    significance = _table_read(_SIGNIFICANCE, "Every test of model_scores.")
-    significant_changes = _table_read(_SIGNIFICANT_CHANGES, "Significant consecutive-checkpoint changes.")
-    changes = _table_read(
-        _CHANGES, "Significant consecutive-checkpoint changes, as `sago stats` prints them."
-    )
-    sequential_units = _table_read(
-        _SEQUENTIAL_UNITS,
-        "Each sequential unit: model, dataset, stop_reason, examples_used, examples_available.",
-    )
-    separations = _table_read(_SEPARATIONS, "Each --until-separated comparison and metric, with its verdict.")
+    def item_scores(self) -> list[Row]:
+        """model_id, dataset_id, axis, metric, family, example_id, value."""
+        return self._rows(
+            """
+                SELECT model_id, dataset_id, axis, metric, family, example_id, value FROM item_scores WHERE run_id = $run
+            """
+        )
 
+    def canonical_outputs(self) -> list[Row]:
+        """model_id, dataset_id, example_id, replicate, correct, p_gold, option_logprobs."""
+        return self._rows(
+            """
+                SELECT o.model_id, o.dataset_id, o.example_id, o.replicate, o.correct, o.p_gold, o.option_logprobs
+                FROM outputs o JOIN variants v ON v.dataset_id = o.dataset_id AND v.variant_id = o.variant_id
+                WHERE o.run_id = $run AND v.is_canonical
+            """
+        )
 
-_LATEST_RUNNING_RUN = (
-    "SELECT run_id FROM runs WHERE status = 'running' AND run_id IN (SELECT run_id FROM item_scores) "
-    "ORDER BY created_at DESC, run_id DESC LIMIT 1"
-)
+    def replicate_distances(self) -> list[Row]:
+        """model_id, dataset_id, example_id, value: the replicate pair, mean over layers."""
+        return self._rows(
+            """
+                SELECT model_id, dataset_id, example_id, avg(value) AS value FROM layer_scores
+                WHERE run_id = $run AND metric = 'replicate_distance' AND pooling = 'mean' GROUP BY ALL
+            """
+        )
+
+    def variant_counts(self) -> list[Row]:
+        """dataset_id, example_id, family, preserving, n."""
+        return self._rows(
+            """
+                SELECT o.dataset_id, o.example_id, v.family, bool_or(v.meaning_preserving) AS preserving, count(DISTINCT o.variant_id) AS n
+                FROM outputs o JOIN variants v ON v.dataset_id = o.dataset_id AND v.variant_id = o.variant_id
+                WHERE o.run_id = $run AND o.replicate = 0 GROUP BY ALL
+            """
+        )
+
+    def final_sequences(self) -> list[Row]:
+        """model_id, dataset_id, metric, lower, upper, n_values after each unit's last chunk."""
+        return self._rows(
+            """
+                SELECT s.model_id, s.dataset_id, s.metric, s.lower, s.upper, s.n_values
+                FROM confidence_sequences s
+                JOIN (SELECT unit_id, max(chunk) AS chunk FROM confidence_sequences WHERE run_id = $run GROUP BY 1) last
+                ON last.unit_id = s.unit_id AND last.chunk = s.chunk
+                WHERE s.run_id = $run
+                ORDER BY 1, 2, 3
+            """
+        )
+
+    def final_comparisons(self) -> list[Row]:
+        """dataset_id, model_a, model_b, metric, lower, upper of each comparison at its end."""
+        return self._rows(
+            """
+                SELECT dataset_id, model_a, model_b, metric, lower, upper FROM comparison_sequences
+                WHERE run_id = $run
+                QUALIFY row_number() OVER (PARTITION BY dataset_id, model_a, model_b, metric ORDER BY n_examples DESC) = 1
+                ORDER BY 1, 2, 3, 4
+            """
+        )
+
+    def layers(self) -> list[Row]:
+        """model, dataset, layer, value: dispersion per layer (mean pooling)."""
+        return self._rows(
+            """
+                SELECT any_value(m.model) AS model, any_value(d.name) AS dataset, l.layer, avg(l.value) AS value
+                FROM layer_scores l JOIN model_names m USING (model_id) JOIN datasets d USING (dataset_id)
+                WHERE l.run_id = $run AND l.metric = 'dispersion' AND l.family IS NULL AND l.pooling = 'mean'
+                GROUP BY l.model_id, l.dataset_id, l.layer ORDER BY 1, 2, 3
+            """
+        )
+
+    def ranks(self) -> list[Row]:
+        """axis, metric, source, model, rank."""
+        return self._rows(
+            """
+                SELECT r.axis, r.metric, r.source, any_value(m.model) AS model, any_value(r.rank) AS rank
+                FROM rankings r JOIN model_names m USING (model_id)
+                WHERE r.run_id = $run AND strpos(r.source, '/') = 0
+                GROUP BY r.axis, r.metric, r.source, r.model_id ORDER BY 1, 3, 4
+            """
+        )
+
+    def correlations(self) -> list[Row]:
+        """model, dataset, axis_a, axis_b, spearman, partial."""
+        return self._rows(
+            """
+                SELECT any_value(m.model) AS model, any_value(d.name) AS dataset, c.axis_a, c.axis_b,
+                any_value(c.spearman) AS spearman, any_value(c.partial) AS partial
+                FROM axis_correlations c JOIN model_names m USING (model_id) JOIN datasets d USING (dataset_id)
+                WHERE c.run_id = $run GROUP BY c.model_id, c.dataset_id, c.axis_a, c.axis_b ORDER BY 1, 2, 3, 4
+            """
+        )
+
+    def trajectories(self) -> list[Row]:
+        """training_run, dataset, axis, metric, step, estimate, ci_low, ci_high (headline metrics)."""
+        return self._rows(
+            """
+                WITH ds AS (SELECT dataset_id, dataset FROM dataset_names),
+                picked AS (
+                SELECT DISTINCT dataset_id, axis, metric, family FROM rankings
+                WHERE run_id = $run AND source = (SELECT any_value(name) FROM datasets d WHERE d.dataset_id = rankings.dataset_id)
+                AND axis <> 'worst_axis'
+                )
+                SELECT regexp_extract(t.training_run, '[^/]+$') AS training_run, ds.dataset, t.axis, t.metric, t.step,
+                t.estimate, t.ci_low, t.ci_high
+                FROM training_trajectories t JOIN picked p USING (dataset_id, axis, metric) JOIN ds USING (dataset_id)
+                WHERE t.run_id = $run AND t.family IS NOT DISTINCT FROM p.family
+                ORDER BY 1, 2, 3, 5
+            """
+        )
+
+    def sequences(self) -> list[Row]:
+        """model, dataset, metric, n_examples, half_width, precision of every sequential chunk."""
+        return self._rows(
+            """
+                SELECT m.name AS model, d.name AS dataset, s.metric, s.n_examples, s.half_width, s.precision
+                FROM confidence_sequences s
+                JOIN (SELECT model_id, model AS name FROM model_names) m USING (model_id)
+                JOIN (SELECT dataset_id, dataset AS name FROM dataset_names) d USING (dataset_id)
+                WHERE s.run_id = $run
+                ORDER BY 1, 2, 3, 4
+            """
+        )
+
+    def headline(self) -> Table:
+        """Each model × dataset × axis: its headline metric's estimate and CI."""
+        return self._table(
+            """
+                WITH names AS (SELECT model_id, model FROM model_names), ds AS (SELECT dataset_id, dataset FROM dataset_names),
+                picked AS (
+                SELECT DISTINCT dataset_id, axis, metric, family FROM rankings
+                WHERE run_id = $run AND source = (SELECT any_value(name) FROM datasets d WHERE d.dataset_id = rankings.dataset_id)
+                AND axis <> 'worst_axis'
+                )
+                SELECT n.model, ds.dataset, s.axis, s.metric, s.estimate, s.ci_low, s.ci_high, s.p_adjusted, s.n_items, s.test
+                FROM model_scores s JOIN picked p USING (dataset_id, axis, metric)
+                JOIN names n USING (model_id) JOIN ds USING (dataset_id)
+                WHERE s.run_id = $run AND s.family IS NOT DISTINCT FROM p.family
+                ORDER BY ds.dataset, s.axis, n.model
+            """
+        )
+
+    def reversals(self) -> Table:
+        """Significant rank reversals between datasets."""
+        return self._table(
+            """
+                WITH n AS (SELECT model_id, model FROM model_names),
+                ds AS (SELECT dataset_id, dataset FROM dataset_names)
+                SELECT r.axis, r.metric, a.model AS model_a, b.model AS model_b, da.dataset AS dataset_a,
+                round(r.difference_a, 4) AS difference_a, round(r.p_adjusted_a, 4) AS p_adjusted_a,
+                db.dataset AS dataset_b, round(r.difference_b, 4) AS difference_b, round(r.p_adjusted_b, 4) AS p_adjusted_b
+                FROM rank_reversals r JOIN n a ON a.model_id = r.model_a JOIN n b ON b.model_id = r.model_b
+                JOIN ds da ON da.dataset_id = r.dataset_a JOIN ds db ON db.dataset_id = r.dataset_b
+                WHERE r.run_id = $run ORDER BY 1, 2, 3, 4
+            """
+        )
+
+    def agreement(self) -> Table:
+        """Ranking agreement between datasets (Kendall's W, tau)."""
+        return self._table(
+            """
+                SELECT axis, metric, statistic, source_a, source_b, round(value, 3) AS value, round(ci_low, 3) AS ci_low,
+                round(ci_high, 3) AS ci_high, round(p_value, 4) AS p_value, n_models
+                FROM ranking_agreement WHERE run_id = $run AND (source_a IS NULL OR strpos(source_a, '/') = 0)
+                ORDER BY statistic DESC, axis, source_a, source_b
+            """
+        )
+
+    def significance(self) -> Table:
+        """Every test of model_scores."""
+        return self._table(
+            """
+                WITH n AS (SELECT model_id, model FROM model_names),
+                ds AS (SELECT dataset_id, dataset FROM dataset_names)
+                SELECT n.model, ds.dataset, s.axis, s.metric, s.family, round(s.estimate, 4) AS estimate,
+                round(s.ci_low, 4) AS ci_low, round(s.ci_high, 4) AS ci_high, s.test,
+                round(s.null_value, 4) AS null_value, round(s.effect, 4) AS effect, s.p_value, s.p_adjusted, s.n_items
+                FROM model_scores s JOIN n USING (model_id) JOIN ds USING (dataset_id)
+                WHERE s.run_id = $run AND s.p_value IS NOT NULL
+                ORDER BY ds.dataset, s.axis, s.metric, s.family NULLS FIRST, n.model
+            """
+        )
+
+    def changes(self) -> Table:
+        """Significant consecutive-checkpoint changes, as `sago stats` prints them and the report shows them."""
+        return self._table(
+            """
+                SELECT regexp_extract(c.training_run, '[^/]+$') AS training_run, d.dataset, c.axis, c.metric,
+                c.step_from, c.step_to, c.mean_from, c.mean_to, c.change, c.ci_low, c.ci_high, c.p_adjusted
+                FROM checkpoint_changes c JOIN dataset_names d USING (dataset_id)
+                WHERE c.run_id = $run AND c.significant
+                ORDER BY 1, 2, 3, 4, 5
+            """
+        )
+
+    def sequential_units(self) -> Table:
+        """Each sequential unit: model, dataset, stop_reason, examples_used, examples_available."""
+        return self._table(
+            """
+                SELECT m.name AS model, d.name AS dataset, u.stop_reason, u.n_examples AS examples_used,
+                u.examples_available
+                FROM units u
+                JOIN (SELECT model_id, model AS name FROM model_names) m USING (model_id)
+                JOIN (SELECT dataset_id, dataset AS name FROM dataset_names) d USING (dataset_id)
+                WHERE u.run_id = $run AND u.stop_reason IS NOT NULL
+                ORDER BY 1, 2
+            """
+        )
+
+    def separations(self) -> Table:
+        """Each --until-separated comparison and metric, with its verdict."""
+        return self._table(
+            """
+                WITH last AS (
+                SELECT *, row_number() OVER (
+                PARTITION BY dataset_id, model_a, model_b, metric ORDER BY n_examples DESC) AS latest
+                FROM comparison_sequences WHERE run_id = $run),
+                names AS (SELECT model_id, model AS name FROM model_names)
+                SELECT a.name AS model_a, b.name AS model_b, d.name AS dataset, l.metric, l.n_examples,
+                round(l.difference, 4) AS difference, round(l.lower, 4) AS lower, round(l.upper, 4) AS upper,
+                CASE WHEN l.sign > 0 THEN 'model_b higher' WHEN l.sign < 0 THEN 'model_a higher'
+                WHEN l.settled THEN 'within precision' ELSE 'open' END AS verdict
+                FROM last l JOIN names a ON a.model_id = l.model_a JOIN names b ON b.model_id = l.model_b
+                JOIN (SELECT dataset_id, dataset AS name FROM dataset_names) d USING (dataset_id)
+                WHERE l.latest = 1
+                ORDER BY 3, 1, 2, 4
+            """
+        )
 
 
 def latest_running_run(store: Store) -> str | None:
     """The newest run still being written that has committed scores, or None."""
-    _, rows = store.query(_LATEST_RUNNING_RUN)
+    _, rows = store.query("""
+            SELECT run_id FROM runs WHERE status = 'running' AND run_id IN (SELECT run_id FROM item_scores) ORDER BY created_at DESC, run_id DESC LIMIT 1
+        """)
     return str(rows[0][0]) if rows else None
 
 
 def latest_finished_run(store: Store) -> str | None:
     """The newest run whose units are all done (``done`` or ``unscored``), or None."""
-    _, rows = store.query(_LATEST_DONE_RUN)
+    _, rows = store.query("""
+            SELECT run_id FROM runs WHERE status IN ('done', 'unscored') ORDER BY created_at DESC, run_id DESC LIMIT 1
+        """)
     return str(rows[0][0]) if rows else None

@@ -1,4 +1,4 @@
-"""Row builders: the one place where what a run produced (records, :mod:`sago_fast.run.unit_records`) becomes
+"""Row builders: the one place where what a run produced (records, :mod:`sago_fast.units.unit_records`) becomes
 table columns. (Records are typed ``Any`` here: the store sits below the run and never imports it.)
 
 A builder returns ``{column: values}`` for :meth:`sago_fast.store.Store.insert`; :data:`TableRows` maps
@@ -391,8 +391,8 @@ def sequence_columns(
     key: UnitKey, chunk: int, n_examples: int, bounds: Sequence[Any], settings: Any
 ) -> Columns:
     """``confidence_sequences`` rows of one chunk: each followed metric's sequence after it (``bounds``:
-    :class:`~sago_fast.run.sequential.MetricBounds`; ``n_examples``: visited so far; ``settings``: the
-    unit's :class:`~sago_fast.run.sequential.SequentialSettings`)."""
+    :class:`~sago_fast.units.sequential.MetricBounds`; ``n_examples``: visited so far; ``settings``: the
+    unit's :class:`~sago_fast.units.sequential.SequentialSettings`)."""
     n = len(bounds)
     return {
         **key.columns(n),
@@ -413,8 +413,8 @@ def comparison_sequence_columns(
     run_id: str, unit_id: str, chunk: int, bounds: Sequence[Any], settings: Any
 ) -> Columns:
     """``comparison_sequences`` rows written with chunk ``chunk`` of ``unit_id``: the comparisons whose
-    paired prefix it grew (``bounds``: :class:`~sago_fast.run.separation.PairBounds`; ``settings``: the
-    run's :class:`~sago_fast.run.sequential.SequentialSettings`)."""
+    paired prefix it grew (``bounds``: :class:`~sago_fast.units.separation.PairBounds`; ``settings``: the
+    run's :class:`~sago_fast.units.sequential.SequentialSettings`)."""
     n = len(bounds)
     precision = settings.precision
     return {

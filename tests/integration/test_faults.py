@@ -102,7 +102,7 @@ def test_ctrl_c_during_a_run_is_one_line(tmp_path, checkpoints, cache_dir):
 
 def test_ctrl_c_while_a_library_initialises_stops_the_run(tmp_path, checkpoints, cache_dir, monkeypatch):
     """pybind11 wraps a SIGINT during module initialisation into ImportError; the run must still stop."""
-    import sago_fast.run.driver as driver
+    import sago_fast.units.driver as driver
     from sago_fast.errors import Interrupted
 
     def interrupted_import(*args, **kwargs):

@@ -6,9 +6,9 @@ import io
 
 import sago_fast
 from sago_fast.datasets.load import load_dataset
-from sago_fast.run.driver import evaluate_unit
 from sago_fast.runtime.batching import BatchPolicy
 from sago_fast.runtime.progress import TqdmPasses
+from sago_fast.units.driver import evaluate_unit
 from sago_fast.variants import VariantConfig, generate_variants
 
 

@@ -11,11 +11,11 @@ import pytest
 
 from sago_fast.datasets.load import load_dataset
 from sago_fast.kernels import linear_cka
-from sago_fast.run.chunk import model_variant_bytes, plan_chunks
-from sago_fast.run.driver import evaluate_unit
-from sago_fast.run.stream_settings import StreamSettings
-from sago_fast.run.unit_records import ModelFacts
 from sago_fast.runtime.batching import BatchPolicy
+from sago_fast.units.chunk import model_variant_bytes, plan_chunks
+from sago_fast.units.driver import evaluate_unit
+from sago_fast.units.stream_settings import StreamSettings
+from sago_fast.units.unit_records import ModelFacts
 from sago_fast.variants import VariantConfig, generate_variants
 
 pytestmark = pytest.mark.xdist_group("streaming")  # module fixtures: built once, in one process
@@ -80,7 +80,7 @@ def test_neighbourhood_metrics_sample_examples_beyond_the_budget(unit):
 
     size = 9
     sample = seeded_sample([e.example_id for e in data.examples], size, 0)
-    import sago_fast.run.chunk as evaluate
+    import sago_fast.units.chunk as evaluate
 
     original = evaluate.sample_size
     evaluate.sample_size = lambda per_example, budget: size  # as if the budget held 9 examples

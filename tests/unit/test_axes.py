@@ -202,7 +202,7 @@ def test_dispersion_is_left_out_where_examples_do_not_spread():
     """Layer 0 as under last-token pooling: every canonical prompt ends in the same token, so the
     between-example distance is 0 and a ratio to it is not a number: no dispersion rows at that layer (never
     NaN or inf), while layer 1 keeps its rows; the layer mean in item_scores averages the defined layers."""
-    from sago_fast.run.chunk import layer_item_scores
+    from sago_fast.units.chunk import layer_item_scores
 
     rng = np.random.default_rng(0)
     H = rng.normal(size=(2, 4, 2, 3)).astype(np.float32)  # (L, E, V, d)

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from sago_fast.run.separation import SeparationMonitor, Side
-from sago_fast.run.sequential import SequentialSettings
 from sago_fast.stats import StatsConfig
 from sago_fast.stats.compute import changes_over_training
 from sago_fast.stats.data import RunData
+from sago_fast.units.separation import SeparationMonitor, Side
+from sago_fast.units.sequential import SequentialSettings
 
 STEPS = 6
 N = 40

@@ -234,3 +234,35 @@ def test_lm_eval_arguments_are_checked_before_lm_eval_starts(tmp_path):
     argv = ["--model", "sago", "--model_args", f"pretrained=m,cache_dir={a_file}"]
     with pytest.raises(InputError, match=r"model_args cache_dir .*not-a-folder: is a file, not a folder"):
         check_before_work(argv)
+
+
+def test_a_run_option_declared_once_is_a_flag_a_yaml_key_and_a_field(tmp_path, monkeypatch):
+    """One field with its flags and help: the command line, the YAML file and the config all have it."""
+    from dataclasses import dataclass
+
+    import typer
+    from typer.testing import CliRunner
+
+    import sago_fast.cli.run as cli_run
+    from sago_fast.run.config import option
+
+    @dataclass(frozen=True)
+    class Wider(RunConfig):
+        temperature: float = option(0.0, "--temperature", help="Sampling temperature (a new option).")
+
+    app = typer.Typer()
+    app.command("run")(cli_run.run_command_for(Wider))
+    app.command("other")(lambda: None)
+    shown = CliRunner().invoke(app, ["run", "--help"], env={"COLUMNS": "240", "TERMINAL_WIDTH": "240"})
+    assert "--temperature" in shown.output and "Sampling temperature (a new option)." in shown.output
+    ran: list[RunConfig] = []
+    monkeypatch.setattr(cli_run, "_run", ran.append)
+    given = ["run", "-m", "m", "-d", "capitals", "--db", str(tmp_path / "r.duckdb"), "--temperature", "0.7"]
+    assert CliRunner().invoke(app, given).exit_code == 0
+    assert ran[-1].temperature == 0.7 and ran[-1].models == ("m",)
+    path = _yaml(tmp_path, "models: [m]\ndatasets: [capitals]\ndb: r.duckdb\ntemperature: 0.25\n")
+    assert Wider.from_yaml(path).temperature == 0.25
+    assert CliRunner().invoke(app, ["run", "--config", str(path), "--temperature", "0.5"]).exit_code == 0
+    assert ran[-1].temperature == 0.5  # the command line overrides the file
+    with pytest.raises(InputError, match=r"run.yaml: temperature must be a number, not 'hot'"):
+        Wider.from_yaml(_yaml(tmp_path, "models: [m]\ndatasets: [capitals]\ndb: r.duckdb\ntemperature: hot\n"))

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from sago_fast.errors import InputError
-from sago_fast.run.separation import SeparationMonitor, Side, paired_differences
-from sago_fast.run.sequential import SequentialSettings, SequentialTracker
 from sago_fast.stats.confidence_sequences import BettingSequence, Scale, Tuning
+from sago_fast.units.separation import SeparationMonitor, Side, paired_differences
+from sago_fast.units.sequential import SequentialSettings, SequentialTracker
 
 N, CHUNK = 400, 50
 ORDER = tuple(f"e{i}" for i in range(N))

@@ -13,7 +13,9 @@ import pytest
 from scipy import stats
 
 from sago_fast.axes.scored import ItemScore
-from sago_fast.run.sequential import (
+from sago_fast.stats.confidence_sequences import BettingSequence, Tuning, betting_path, confidence_sequence
+from sago_fast.types import Variant
+from sago_fast.units.sequential import (
     SequentialSettings,
     SequentialTracker,
     chunk_values,
@@ -21,8 +23,6 @@ from sago_fast.run.sequential import (
     visiting_order,
     within_budget,
 )
-from sago_fast.stats.confidence_sequences import BettingSequence, Tuning, betting_path, confidence_sequence
-from sago_fast.types import Variant
 
 N, CHUNK, REPS, GRID = 2000, 50, 300, 400
 ENDS = np.arange(CHUNK, N + 1, CHUNK) - 1  # the index of each chunk's last value

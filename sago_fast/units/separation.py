@@ -29,7 +29,7 @@ from itertools import pairwise
 import numpy as np
 
 from sago_fast.axes.catalogue import sequential_metrics
-from sago_fast.run.sequential import (
+from sago_fast.units.sequential import (
     ACCURACY,
     SEPARATED,
     ChunkValues,

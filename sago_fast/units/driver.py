@@ -7,7 +7,7 @@ under ``--until-separated``), :func:`evaluate_unit` (library use, tests, the REA
    from the left when answered, lm-eval's rule), plan the chunks (whole examples, as many as the memory budget
    holds; a sequential unit in its visiting order, within its budget) and leave out committed ones;
 2. per chunk: answer it (both passes, :func:`~sago_fast.answers.answering.answer_chunk`), score it into
-   records (:func:`~sago_fast.run.chunk.chunk_records`), then, for a sequential
+   records (:func:`~sago_fast.units.chunk.chunk_records`), then, for a sequential
    unit, feed its followed values to the confidence sequences; yield its :class:`ChunkRecords`;
 3. ask the stop rule after each chunk (a sequential unit); yield a :class:`UnitEnd` last.
 
@@ -24,21 +24,21 @@ from typing import TYPE_CHECKING, Any
 from sago_fast.answers.answering import AnswerSettings, answer_chunk
 from sago_fast.answers.prompting import check_some_fit
 from sago_fast.axes.levels import Partial
-from sago_fast.run.chunk import chunk_records, finish_unit, prepare_unit
-from sago_fast.run.sequential import (
+from sago_fast.runtime.decode import GenerationSettings
+from sago_fast.store import rows as build
+from sago_fast.store.rows import TableRows
+from sago_fast.store.store import ChunksDone
+from sago_fast.types import Dataset, Variant
+from sago_fast.units.chunk import chunk_records, finish_unit, prepare_unit
+from sago_fast.units.sequential import (
     SequentialSettings,
     SequentialTracker,
     chunk_values,
     own_precision,
     start_sequence,
 )
-from sago_fast.run.stream_settings import StreamSettings
-from sago_fast.run.unit_records import ChunkRecords, ModelFacts, UnitEnd
-from sago_fast.runtime.decode import GenerationSettings
-from sago_fast.store import rows as build
-from sago_fast.store.rows import TableRows
-from sago_fast.store.store import ChunksDone
-from sago_fast.types import Dataset, Variant
+from sago_fast.units.stream_settings import StreamSettings
+from sago_fast.units.unit_records import ChunkRecords, ModelFacts, UnitEnd
 
 if TYPE_CHECKING:
     from sago_fast.answers.protocol import LanguageModel

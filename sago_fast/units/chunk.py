@@ -4,9 +4,9 @@ For each chunk, once :func:`~sago_fast.answers.answering.answer_chunk` has answe
 prefill per prompt) and re-run its canonical prompts alone (the replicate pass), :func:`chunk_records`
 runs the registered scorers: item scorers per example,
 layer scorers per activation block, and each dataset scorer's ``partial``; the result is the chunk's
-records (:class:`~sago_fast.run.unit_records.ChunkRecords`), its next-token distributions and hidden states
+records (:class:`~sago_fast.units.unit_records.ChunkRecords`), its next-token distributions and hidden states
 dropped, so memory follows the chunk, never the dataset. When every chunk is in, :func:`finish_unit`
-combines the dataset scorers' partials. :func:`~sago_fast.run.driver.drive_unit` calls both.
+combines the dataset scorers' partials. :func:`~sago_fast.units.driver.drive_unit` calls both.
 
 The chunk size comes from a memory budget (:class:`StreamSettings`): a variant costs its float32
 next-token log-probs (``vocab × 4`` bytes) and its pooled hidden states (:func:`variant_bytes`); float64
@@ -36,9 +36,9 @@ from sago_fast.axes.levels import (
     UnitContext,
 )
 from sago_fast.axes.scored import ExampleOutputs, ItemScore, LayerScores, ScoredRows
-from sago_fast.run.stream_settings import StreamSettings
-from sago_fast.run.unit_records import ChunkRecords, ModelFacts, mode_answer_records, output_records
 from sago_fast.types import Example, Variant
+from sago_fast.units.stream_settings import StreamSettings
+from sago_fast.units.unit_records import ChunkRecords, ModelFacts, mode_answer_records, output_records
 
 if TYPE_CHECKING:
     pass

@@ -42,7 +42,7 @@ class SequentialSettings:
     """precision: the wanted half-width of every followed metric, in the metric's units (None: none);
     budget: at most this many examples per (model, dataset) (None: all); alpha: 1 - the sequences'
     coverage; seed: the visiting order's seed; until_separated: the units stop when their comparisons
-    with the neighbouring models are settled instead (:mod:`sago_fast.run.separation`), ``precision``
+    with the neighbouring models are settled instead (:mod:`sago_fast.units.separation`), ``precision``
     then being the difference's half-width that settles a comparison."""
 
     precision: float | None = None

@@ -20,9 +20,9 @@ from sago_fast.axes.scored import ScoredRows
 
 if TYPE_CHECKING:
     from sago_fast.answers.answering import UnitAnswers
-    from sago_fast.run.sequential import ChunkValues, MetricBounds
     from sago_fast.runtime.model import SagoModel
     from sago_fast.types import Example, Variant
+    from sago_fast.units.sequential import ChunkValues, MetricBounds
 
 
 @dataclass(frozen=True)
@@ -219,7 +219,7 @@ class ModelFacts:
 @dataclass(frozen=True)
 class UnitEnd:
     """A unit whose chunks are all answered: what its finish needs (``context``) and why it stopped (a
-    sequential unit: one of :data:`~sago_fast.run.sequential.STOP_REASONS`; None otherwise)."""
+    sequential unit: one of :data:`~sago_fast.units.sequential.STOP_REASONS`; None otherwise)."""
 
     context: UnitContext
     model: ModelFacts
