@@ -24,21 +24,3 @@ def check_cache_writable(cache_dir: str | os.PathLike[str] | None, flag: str = "
     if cache_dir is not None:
         check_writable(cache_dir, what=flag, directory=True)
     check_writable(root, what=named, directory=True)
-
-
-def check_outputs(
-    db: str | os.PathLike[str] | None,
-    shard_dir: str | os.PathLike[str] | None,
-    cache_dir: str | os.PathLike[str] | None,
-) -> None:
-    """Before any work, in one line naming the setting: a run's results file (a name DuckDB opens, a file
-    that can be written) or shard folder, and the caches (:func:`check_cache_writable`)."""
-    from sago_fast.atomic import check_writable
-    from sago_fast.store.store import check_db_name
-
-    check_cache_writable(cache_dir)  # the export cache and the cache root
-    if shard_dir is not None:
-        check_writable(shard_dir, what="--shard-dir", directory=True)
-    elif db is not None:
-        check_db_name(db)
-        check_writable(db, what="--db")

@@ -8,7 +8,7 @@ import logging
 import shutil
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sago_fast.checkpoints.resolve import CONFIG_FILE, TOKENIZER_FILES, Checkpoint
 from sago_fast.errors import ExportError
@@ -21,6 +21,9 @@ from sago_fast.exporters.reweight import (
     reweightable_initializers,
 )
 from sago_fast.types import POOLED_OUTPUTS, ExportSettings
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +54,9 @@ def eos_token_ids(folder: Path) -> list[int]:
     return []
 
 
-def _export_graph(model: Any, path: Path, settings: ExportSettings, checkpoint: Checkpoint) -> bool:
+def _export_graph(
+    model: PreTrainedModel, path: Path, settings: ExportSettings, checkpoint: Checkpoint
+) -> bool:
     """Export the unified graph to ``path``; returns whether it has a KV cache.
 
     No constant folding: initializers keep the checkpoint's parameter names (siblings re-weight them by

@@ -22,7 +22,10 @@ import contextlib
 import functools
 import sys
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 ROTARY_MODEL_TYPES = frozenset({"llama", "mistral", "qwen2"})
 ROTARY_FUNCTION = "apply_rotary_pos_emb"  # the modelling module's function the attention calls
@@ -80,7 +83,7 @@ def rotary_node_apply(
 
 
 @contextlib.contextmanager
-def fused_rotary(model: Any) -> Iterator[bool]:
+def fused_rotary(model: PreTrainedModel) -> Iterator[bool]:
     """While exporting ``model``: its modelling module's ``apply_rotary_pos_emb`` emits one
     RotaryEmbedding node per rotation. Yields whether it does (model types outside
     :data:`ROTARY_MODEL_TYPES` export as they are)."""

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from optimum.exporters.tasks import TasksManager
 
 from sago_fast.errors import ExportError
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
 TASK = "text-generation"
 
 
-def base_onnx_config_class(model: Any) -> type:
+def base_onnx_config_class(model: PreTrainedModel) -> type:
     """The OnnxConfig class Optimum registers for this architecture's text-generation export."""
     import optimum.exporters.onnx.model_configs  # noqa: F401  (registers the architectures)
 

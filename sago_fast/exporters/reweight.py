@@ -22,7 +22,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -30,6 +30,9 @@ from sago_fast.checkpoints.resolve import CONFIG_FILE, Checkpoint
 from sago_fast.checkpoints.tensors import safetensors_header
 from sago_fast.errors import ExportError
 from sago_fast.types import ExportSettings
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 MODEL_FILE = "model.onnx"
 WEIGHTS_SUFFIX = "_data"  # model.onnx -> model.onnx_data
@@ -65,7 +68,9 @@ def tensor_shapes(folder: Path) -> dict[str, list[int]]:
     }
 
 
-def reweightable_initializers(model: Any, graph_path: Path, checkpoint: Checkpoint) -> dict[str, Any] | None:
+def reweightable_initializers(
+    model: PreTrainedModel, graph_path: Path, checkpoint: Checkpoint
+) -> dict[str, Any] | None:
     """``{"names": [...], "shapes": {...}}`` of the initializers a sibling's tensors override, or None when
     the graph cannot be re-weighted (a parameter is not a named initializer or not a checkpoint tensor)."""
     import onnx
@@ -213,7 +218,7 @@ def write_sibling_graph(
     return {"file_bytes": {f: (out_dir / f).stat().st_size for f in files}, "linked": linked}
 
 
-def make_parameters_distinct(model: Any) -> dict[str, Any]:
+def make_parameters_distinct(model: PreTrainedModel) -> dict[str, Any]:
     """Nudge parameters whose values equal another's (e.g. freshly initialised norms, all ones).
 
     The ONNX exporter merges initializers with equal values into one, which would lose the names a
@@ -239,7 +244,7 @@ def make_parameters_distinct(model: Any) -> dict[str, Any]:
     return originals
 
 
-def finalize_graph(model: Any, graph_path: Path, originals: dict[str, Any]) -> None:
+def finalize_graph(model: PreTrainedModel, graph_path: Path, originals: dict[str, Any]) -> None:
     """Put the original values of nudged parameters back (model and graph), and store every initializer
     in one external data file beside the graph (a sibling's graph points the same initializers at its own
     safetensors file instead, see :func:`write_sibling_graph`)."""

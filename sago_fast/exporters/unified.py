@@ -38,12 +38,15 @@ from __future__ import annotations
 
 import inspect
 from collections import OrderedDict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from optimum.exporters.onnx.model_patcher import ModelPatcher, preprocess_past_key_values
 
 from sago_fast.exporters.pooled import TASK, base_onnx_config_class
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 
 def _last_columns(values: torch.Tensor, new_ids: torch.Tensor) -> torch.Tensor:
@@ -89,7 +92,7 @@ def block_attention(
 
 
 def unified_forward(
-    model: Any,
+    model: PreTrainedModel,
     input_ids: torch.Tensor,
     attention_mask: torch.Tensor,
     past_key_values: Any,
@@ -171,7 +174,7 @@ def unified_forward(
 
 
 def pooled_forward(
-    model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor
+    model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: torch.Tensor
 ) -> dict[str, torch.Tensor]:
     """hidden_last, hidden_mean and next_logprobs of a left-padded batch: the graph's prefill computation
     run eagerly in torch (the reference engine of ``sago bench`` and the GPU tests)."""
@@ -185,7 +188,9 @@ def _legacy(cache: Any) -> tuple[tuple[torch.Tensor, torch.Tensor], ...]:
     return tuple((key, value) for key, value in legacy)
 
 
-def cache_like(model: Any, batch: int, past: int) -> tuple[tuple[torch.Tensor, torch.Tensor], ...]:
+def cache_like(
+    model: PreTrainedModel, batch: int, past: int
+) -> tuple[tuple[torch.Tensor, torch.Tensor], ...]:
     """Random past key/values shaped exactly as ``model`` caches them (found by running it once).
 
     Optimum's generators shape the past from the config, which is wrong for some layouts: Falcon's new
@@ -207,7 +212,9 @@ def cache_like(model: Any, batch: int, past: int) -> tuple[tuple[torch.Tensor, t
 class UnifiedPatcher(ModelPatcher):
     """Replaces Optimum's patched forward by :func:`unified_forward` (keeps Optimum's op patches)."""
 
-    def __init__(self, config: Any, model: Any, model_kwargs: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self, config: Any, model: PreTrainedModel, model_kwargs: dict[str, Any] | None = None
+    ) -> None:
         super().__init__(config, model, model_kwargs)
 
         def patched_forward(
@@ -227,7 +234,7 @@ class UnifiedPatcher(ModelPatcher):
         self.patched_forward = patched_forward
 
 
-def unified_config(model: Any, float_dtype: str = "fp32", with_past: bool = True) -> Any:
+def unified_config(model: PreTrainedModel, float_dtype: str = "fp32", with_past: bool = True) -> Any:
     """OnnxConfig of the unified graph (inputs/outputs in the module docstring); ``with_past=False``:
     without past inputs and present outputs."""
     base = base_onnx_config_class(model)
@@ -285,7 +292,7 @@ def unified_config(model: Any, float_dtype: str = "fp32", with_past: bool = True
                 inputs["segment_ids"][1, -4:] = torch.tensor([1, 1, 2, 2])
             return inputs
 
-        def ordered_inputs(self, model: Any) -> dict[str, dict[int, str]]:
+        def ordered_inputs(self, model: PreTrainedModel) -> dict[str, dict[int, str]]:
             return self.inputs
 
     UnifiedOnnxConfig.__name__ = f"Unified{base.__name__}"

@@ -19,11 +19,10 @@ from sago_fast.run.checkpoint import CheckpointJob, ChunkOutcome, UnitOutcome, e
 from sago_fast.run.config import RunConfig
 from sago_fast.run.executors import Work
 from sago_fast.run.plan import Plan, Unit
-from sago_fast.store.rows import decode_values
 from sago_fast.store.store import ChunksDone
 from sago_fast.units.driver import NOTHING_DONE
 from sago_fast.units.separation import SeparationMonitor, Side
-from sago_fast.units.sequential import visited_variants
+from sago_fast.units.sequential import decode_values, visited_variants
 
 log = logging.getLogger(__name__)
 

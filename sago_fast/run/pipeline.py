@@ -25,9 +25,9 @@ from sago_fast.run.sinks import DuckDBSink, ParquetShardSink, Sink
 from sago_fast.runinfo import run_row
 from sago_fast.runtime.light import start_without_torch_if_exported
 from sago_fast.store import Store
-from sago_fast.store import rows as build
 from sago_fast.store.store import ChunksDone
 from sago_fast.types import Dataset
+from sago_fast.units import rows as build
 from sago_fast.units.chunk import finish_unit
 from sago_fast.units.separation import say_committed
 
@@ -322,13 +322,21 @@ def _statistics(db: Any, run_id: str, *, fresh: bool, n_units: int) -> None:
 
 
 def check_run_outputs(config: RunConfig) -> str:
-    """Before any work: the device runs (returned resolved), and the results file or shard folder and the
-    caches can be written (:func:`sago_fast.paths.check_outputs`)."""
-    from sago_fast.paths import check_outputs
+    """Before any work, in one line naming the setting: the device runs (returned resolved), the results
+    file (a name DuckDB opens, a file that can be written) or shard folder, and the caches
+    (:func:`sago_fast.paths.check_cache_writable`)."""
+    from sago_fast.atomic import check_writable
+    from sago_fast.paths import check_cache_writable
     from sago_fast.runtime.session import check_device
+    from sago_fast.store.store import check_db_name
 
     device = check_device(config.device)
-    check_outputs(config.db if config.shard is None else None, config.shard_dir, config.cache_dir)
+    check_cache_writable(config.cache_dir)  # the export cache and the cache root
+    if config.shard is not None and config.shard_dir is not None:
+        check_writable(config.shard_dir, what="--shard-dir", directory=True)
+    elif config.db is not None:
+        check_db_name(config.db)
+        check_writable(config.db, what="--db")
     return device
 
 

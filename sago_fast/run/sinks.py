@@ -25,9 +25,9 @@ from typing import Any, Protocol
 
 from sago_fast.run.claims import Claim, ClaimingSink, Claims, ClaimSettings, PlannedUnit
 from sago_fast.store import Store
-from sago_fast.store.rows import TableRows
 from sago_fast.store.shared import SharedFile
 from sago_fast.store.store import ChunksDone
+from sago_fast.units.rows import TableRows
 
 log = logging.getLogger(__name__)
 

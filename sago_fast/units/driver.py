@@ -11,7 +11,7 @@ under ``--until-separated``), :func:`evaluate_unit` (library use, tests, the REA
    unit, feed its followed values to the confidence sequences; yield its :class:`ChunkRecords`;
 3. ask the stop rule after each chunk (a sequential unit); yield a :class:`UnitEnd` last.
 
-Rows are made from the records at the sink (:mod:`sago_fast.store.rows`); here nothing knows of tables.
+Rows are made from the records at the sink (:mod:`sago_fast.units.rows`); here nothing knows of tables.
 """
 
 from __future__ import annotations
@@ -25,11 +25,11 @@ from sago_fast.answers.answering import AnswerSettings, answer_chunk
 from sago_fast.answers.prompting import check_some_fit
 from sago_fast.axes.levels import Partial
 from sago_fast.runtime.decode import GenerationSettings
-from sago_fast.store import rows as build
-from sago_fast.store.rows import TableRows
 from sago_fast.store.store import ChunksDone
 from sago_fast.types import Dataset, Variant
+from sago_fast.units import rows as build
 from sago_fast.units.chunk import chunk_records, finish_unit, prepare_unit
+from sago_fast.units.rows import TableRows
 from sago_fast.units.sequential import (
     SequentialSettings,
     SequentialTracker,

@@ -14,6 +14,7 @@ committed chunks again and reaches the same bounds and the same stopping point a
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -24,7 +25,6 @@ from sago_fast.axes.catalogue import precision_limit, sequential_metrics
 from sago_fast.axes.scored import ItemScore
 from sago_fast.errors import InputError
 from sago_fast.stats.confidence_sequences import BettingSequence, Scale, Tuning
-from sago_fast.store.rows import decode_values
 from sago_fast.types import Variant
 
 ACCURACY = "accuracy"
@@ -253,3 +253,15 @@ def start_sequence(
     for text in committed:
         tracker.add(decode_values(text))
     return ordered, tracker
+
+
+def encode_values(values: Mapping[str, Mapping[str, float]]) -> str:
+    """A chunk's followed values as stored in ``unit_chunks.sequence_values``: JSON, metric -> example id
+    -> value (exact floats, the examples in chunk order)."""
+    return json.dumps({k: dict(values[k]) for k in sorted(values)})  # example ids keep their order
+
+
+def decode_values(text: str | None) -> dict[str, dict[str, float]]:
+    if not text:
+        return {}
+    return {k: {e: float(x) for e, x in v.items()} for k, v in json.loads(text).items()}

@@ -2,7 +2,7 @@
 :class:`UnitEnd` when the unit ends. The records carry everything the tables need (answers with their
 margin, entropy and decoded top token, scores, partials, followed values) and nothing the tables do not
 (no probe arrays), so they are small enough to cross a process boundary (Ray). Only
-:mod:`sago_fast.store.rows` turns them into table rows, at the sink.
+:mod:`sago_fast.units.rows` turns them into table rows, at the sink.
 """
 
 from __future__ import annotations

@@ -265,4 +265,6 @@ def test_a_run_option_declared_once_is_a_flag_a_yaml_key_and_a_field(tmp_path, m
     assert CliRunner().invoke(app, ["run", "--config", str(path), "--temperature", "0.5"]).exit_code == 0
     assert ran[-1].temperature == 0.5  # the command line overrides the file
     with pytest.raises(InputError, match=r"run.yaml: temperature must be a number, not 'hot'"):
-        Wider.from_yaml(_yaml(tmp_path, "models: [m]\ndatasets: [capitals]\ndb: r.duckdb\ntemperature: hot\n"))
+        Wider.from_yaml(
+            _yaml(tmp_path, "models: [m]\ndatasets: [capitals]\ndb: r.duckdb\ntemperature: hot\n")
+        )

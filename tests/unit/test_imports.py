@@ -66,3 +66,42 @@ def test_the_package_has_no_import_circles():
 def test_the_check_finds_a_circle():
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def _trees() -> dict[Path, ast.Module]:
+    return {p: ast.parse(p.read_text(encoding="utf-8")) for p in PACKAGE.rglob("*.py")}
+
+
+def test_no_module_calls_another_modules_private_method():
+    """A ``_``-prefixed method of a sago_fast class is called on ``self`` (or ``cls``) only: no other
+    module reaches into an object's privates, the cycle an import graph cannot show."""
+    trees = _trees()
+    private = {
+        node.name
+        for tree in trees.values()
+        for cls in ast.walk(tree)
+        if isinstance(cls, ast.ClassDef)
+        for node in cls.body
+        if isinstance(node, ast.FunctionDef) and node.name.startswith("_") and not node.name.startswith("__")
+    }
+    reached = [
+        f"{path.relative_to(PACKAGE.parent)}:{node.lineno} {ast.unparse(node)}"
+        for path, tree in trees.items()
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute)
+        and node.attr in private
+        and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"))
+    ]
+    assert not reached
+
+
+def test_no_parameter_named_model_is_typed_any():
+    loose = [
+        f"{path.relative_to(PACKAGE.parent)}:{arg.lineno}"
+        for path, tree in _trees().items()
+        for node in ast.walk(tree)
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        for arg in node.args.args + node.args.kwonlyargs
+        if arg.arg == "model" and arg.annotation is not None and ast.unparse(arg.annotation) == "Any"
+    ]
+    assert not loose

@@ -142,7 +142,7 @@ def test_run_lifecycle_methods():
 
 
 def chunk_rows(chunk, ids, state):
-    from sago_fast.store.rows import ChunkDone, UnitKey, chunk_columns
+    from sago_fast.units.rows import ChunkDone, UnitKey, chunk_columns
 
     return {
         "item_scores": {
@@ -168,7 +168,7 @@ def test_chunks_commit_once_resume_and_finish(tmp_path, sink_kind):
     from sago_fast.run.claims import PlannedUnit
     from sago_fast.run.merge import merge_shards
     from sago_fast.run.sinks import DuckDBSink, ParquetShardSink
-    from sago_fast.store.rows import UnitDone, UnitKey, unit_columns
+    from sago_fast.units.rows import UnitDone, UnitKey, unit_columns
 
     run_row = {"run_id": ["r"], "created_at": [datetime(2026, 1, 1)], "status": ["running"]}
     if sink_kind == "duckdb":

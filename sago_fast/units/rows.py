@@ -9,9 +9,8 @@ table names to such columns. Result tables get the unit's identity (run, model, 
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, fields
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
@@ -23,6 +22,7 @@ from sago_fast.store.schema import RESULT_TABLES
 if TYPE_CHECKING:
     from sago_fast.axes.scored import ScoredRows
     from sago_fast.types import Dataset, Example, Variant
+    from sago_fast.units.unit_records import ChunkRecords, ModelFacts
 
 Columns = dict[str, Any]
 TableRows = dict[str, Columns]  # table -> columns
@@ -89,8 +89,8 @@ def chunk_rows(
     run_id: str,
     unit_id: str,
     data: Dataset,
-    model: Any,
-    chunk: Any,
+    model: ModelFacts,
+    chunk: ChunkRecords,
     settings: Any = None,
     comparisons: Sequence[Any] = (),
 ) -> TableRows:
@@ -100,6 +100,7 @@ def chunk_rows(
     confidence sequences after it (``settings``: the run's SequentialSettings) and, under
     ``--until-separated``, the comparisons it grew (``comparisons``: PairBounds)."""
     from sago_fast.axes.levels import pack_partials
+    from sago_fast.units.sequential import encode_values
 
     key = UnitKey(run_id, unit_id, model.model_id, data.dataset_id)
     done = ChunkDone(
@@ -156,25 +157,13 @@ def finish_rows(
     return rows
 
 
-def model_rows(run_id: str, model: Any, data: Dataset) -> TableRows:
+def model_rows(run_id: str, model: ModelFacts, data: Dataset) -> TableRows:
     """The keyed rows every chunk and finish of a unit carries: its model, dataset and checkpoint names."""
     return {
         "models": model_columns(model),
         "datasets": dataset_columns(data),
         "checkpoint_names": checkpoint_name_columns(run_id, model.model_id, model.aliases),
     }
-
-
-def encode_values(values: Mapping[str, Mapping[str, float]]) -> str:
-    """A chunk's followed values as stored in ``unit_chunks.sequence_values``: JSON, metric -> example id
-    -> value (exact floats, the examples in chunk order)."""
-    return json.dumps({k: dict(values[k]) for k in sorted(values)})  # example ids keep their order
-
-
-def decode_values(text: str | None) -> dict[str, dict[str, float]]:
-    if not text:
-        return {}
-    return {k: {e: float(x) for e, x in v.items()} for k, v in json.loads(text).items()}
 
 
 # -- what the scorers computed --------------------------------------------------------------------------
@@ -208,7 +197,7 @@ def _typed_columns(kind: type, records: Sequence[Any]) -> Columns:
 
 
 # -- what was evaluated ---------------------------------------------------------------------------------
-def model_columns(model: Any) -> Columns:
+def model_columns(model: ModelFacts) -> Columns:
     """The ``models`` row of a loaded model: its graph (``graph_key``: the cache entry whose graph it runs,
     shared by re-weighted siblings and an adapter's base), source, quantisation, training-run position and
     an adapter's base."""
