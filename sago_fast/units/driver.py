@@ -94,7 +94,7 @@ def drive_unit(job: UnitJob) -> Iterator[ChunkRecords | UnitEnd]:
             yield replace(records, seconds=seconds)
             continue
         values = chunk_values(records.example_ids, records.canonical_correct, records.scored.items)
-        bounds = tuple(tracker.add(values))
+        bounds = tuple(tracker.add_chunk(values))
         yield replace(records, seconds=seconds, followed=values, bounds=bounds, n_visited=tracker.n_examples)
         stop = stop_rule(unit_id, tracker)
     if tracker is not None and stop is None:

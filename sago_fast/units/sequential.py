@@ -189,7 +189,7 @@ class SequentialTracker:
     scales: dict[str, Scale] = field(default_factory=dict)
     values: dict[str, list[float]] = field(default_factory=dict)
 
-    def add(self, chunk: Mapping[str, Mapping[str, float]]) -> list[MetricBounds]:
+    def add_chunk(self, chunk: Mapping[str, Mapping[str, float]]) -> list[MetricBounds]:
         """Feed one chunk's values (:func:`chunk_values`); returns every followed metric's bounds now."""
         if not self.metrics:
             self.metrics = followed_metrics(set(chunk))
@@ -251,7 +251,7 @@ def start_sequence(
     ordered = visited_variants(variants, settings)
     tracker = SequentialTracker(settings, horizon=len({v.example_id for v in ordered}))
     for text in committed:
-        tracker.add(decode_values(text))
+        tracker.add_chunk(decode_values(text))
     return ordered, tracker
 
 

@@ -162,7 +162,7 @@ def test_tracker_follows_the_first_available_metric_of_each_group_and_stops_on_p
             for e, v in zip(ids, kept, strict=True)
         ]
         values = chunk_values(ids, rng.binomial(1, 0.4, 50).astype(bool), items)
-        bounds = tracker.add(values)
+        bounds = tracker.add_chunk(values)
         if tracker.settled:
             break
     assert tracker.metrics == ("accuracy", "position_mirroring", "flip_rate")
