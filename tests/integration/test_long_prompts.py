@@ -95,15 +95,7 @@ def test_a_dataset_of_only_long_items_is_cut_as_lm_eval_cuts_it_and_said_once(
     so before any work (no refusal in one entry point and cutting in the other)."""
     long_question = " ".join(f"word{i}" for i in range(700))
     data = _dataset(tmp_path / "long.jsonl", [long_question, long_question + " again"])
-    config = RunConfig(
-        models=(str(checkpoints["llama"]),),
-        datasets=(str(data),),
-        db=tmp_path / "r.duckdb",
-        families=("typo",),
-        variants_per_family=1,
-        cache_dir=cache_dir,
-        stats=False,
-    )
+    config = _typo_run(checkpoints, data, tmp_path, cache_dir)
     with caplog.at_level(logging.WARNING):
         run(config, progress=False)
     said = [r.getMessage() for r in caplog.records if "every prompt is longer" in r.getMessage()]
@@ -122,7 +114,19 @@ def test_an_option_longer_than_the_model_is_refused_before_any_work_naming_its_i
     rows[34]["options"] = ["red", " ".join(f"w{i}" for i in range(600)), "blue"]
     data = tmp_path / "forty.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    config = RunConfig(
+    config = _typo_run(checkpoints, data, tmp_path, cache_dir, chunk_memory_mb=1)  # many chunks: before,
+    # 34 items were committed when it failed
+    with pytest.raises(
+        UnitsFailedError, match=r"example 'q34': option 2 is \d+ tokens, as long as the model's 512 positions"
+    ):
+        run(config, progress=False)
+    with Store(tmp_path / "r.duckdb", read_only=True) as store:
+        assert store.query("SELECT count(*) FROM outputs")[1][0][0] == 0
+
+
+def _typo_run(checkpoints, data, tmp_path, cache_dir, **more):
+    """The llama checkpoint on ``data``, one typo rendering an item, into ``tmp_path/r.duckdb``."""
+    return RunConfig(
         models=(str(checkpoints["llama"]),),
         datasets=(str(data),),
         db=tmp_path / "r.duckdb",
@@ -130,11 +134,5 @@ def test_an_option_longer_than_the_model_is_refused_before_any_work_naming_its_i
         variants_per_family=1,
         cache_dir=cache_dir,
         stats=False,
-        chunk_memory_mb=1,  # many chunks: before, 34 items were committed when it failed
+        **more,
     )
-    with pytest.raises(
-        UnitsFailedError, match=r"example 'q34': option 2 is \d+ tokens, as long as the model's 512 positions"
-    ):
-        run(config, progress=False)
-    with Store(tmp_path / "r.duckdb", read_only=True) as store:
-        assert store.query("SELECT count(*) FROM outputs")[1][0][0] == 0
