@@ -312,12 +312,12 @@ def probe(result: dict[str, Any], plan: Plan, folder: Path, work: Path) -> None:
     for seq_len in plan.seq_lens:
         for batch in plan.batch_sizes:
             ids = rng.integers(3, vocab, size=(batch, seq_len)).tolist()
-            model.batch_policy = BatchPolicy(token_budget=batch * seq_len, max_batch=batch)
+            sized = model.configured(batch_policy=BatchPolicy(token_budget=batch * seq_len, max_batch=batch))
             tensor = torch.tensor(ids, device=plan.device)
             mask = torch.ones_like(tensor)
 
-            def ours(ids: list[list[int]] = ids) -> Any:
-                return model.probe_ids(ids)
+            def ours(ids: list[list[int]] = ids, sized: Any = sized) -> Any:
+                return sized.probe_ids(ids)
 
             def theirs(tensor: Any = tensor, mask: Any = mask) -> Any:
                 with torch.inference_mode():
@@ -378,7 +378,7 @@ def job(result: dict[str, Any], plan: Plan, folder: Path, mmlu: Path, work: Path
     from sago_fast.run import RunConfig, run
     from sago_fast.store import Store
 
-    data = mmlu_sample(work / "mmlu-sample", plan.items, 0, source=mmlu.parent)  # --mmlu: its test/ folder
+    data = mmlu_sample(work / "mmlu-sample", plan.items, 0, source=mmlu)
     dtype_note = "fp16" if plan.device == "cuda" else "fp32"
     db = work / "job.duckdb"
     db.unlink(missing_ok=True)  # a rerun evaluates again rather than finding every unit done

@@ -40,16 +40,17 @@ MMLU = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "mmlu"
 
 
 def mmlu_sample(folder: Path, n: int, seed: int = 0, source: Path = MMLU) -> Path:
-    """A seeded sample of ``n`` real MMLU test items spread across subjects (round robin over the subjects,
+    """A seeded sample of ``n`` real MMLU test items (``source``: MMLU as published, or a folder of its CSVs)
+    spread across subjects (round robin over the subjects,
     each subject's rows in a seeded order), written in the published format (one headerless CSV per
     subject, rows as published) into ``folder``, which ``sago run -d mmlu:FOLDER`` reads as a user would."""
     import csv
 
     import numpy as np
 
-    files = sorted((source / "test").glob("*_test.csv"))
+    files = sorted((source / "test").glob("*_test.csv")) or sorted(source.glob("*.csv"))  # MMLU, or its test/
     if not files:
-        raise SystemExit(f"no MMLU test files under {source}/test (see ../shared/data/mmlu/README.md)")
+        raise SystemExit(f"no MMLU test files under {source} (see ../shared/data/mmlu/README.md)")
     rng = np.random.default_rng(seed)
     rows = {}
     for file in files:

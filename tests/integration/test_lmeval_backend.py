@@ -147,6 +147,7 @@ def test_the_sago_backend_equals_hf(tasks, smol, hf_results, hf_float64, tmp_pat
     accuracy and generated texts as hf in fp32; with sago_db, every request and its result land in the
     results file."""
     import sago_fast.lmeval  # noqa: F401  (registers "sago")
+    import sago_fast.runtime.engine as engine_module
     import sago_fast.runtime.model as model_module
     from sago_fast.store import Store
 
@@ -161,13 +162,13 @@ def test_the_sago_backend_equals_hf(tasks, smol, hf_results, hf_float64, tmp_pat
         lambda model, ids, *rest: (from_prefill.append(len(ids)), original(model, ids, *rest))[1],
     )
     on_heads = []  # (contexts, tokens) of each opening prefilled once for several contexts
-    original_head = model_module.prefill_on_head
+    original_head = engine_module.prefill_on_head
     monkeypatch.setattr(
-        model_module,
+        engine_module,
         "prefill_on_head",
-        lambda model, ids, members, head, *rest: (
+        lambda call, members, head, *rest: (
             on_heads.append((len(members), head)),
-            original_head(model, ids, members, head, *rest),
+            original_head(call, members, head, *rest),
         )[1],
     )
     ours = lm_eval.simple_evaluate(

@@ -43,7 +43,7 @@ def assert_same(a, b):
 def with_plain_session(model):
     """``model`` on a session ONNX Runtime optimises itself, from the export's own graph."""
     session, _ = open_session(model.exported.model_path, "cpu")
-    return dataclasses.replace(model, session=session)
+    return dataclasses.replace(model, engine=dataclasses.replace(model.engine, session=session))
 
 
 def weights(path):
