@@ -116,7 +116,9 @@ def answer_all(
     generation: GenerationSettings,
 ) -> list[AnyAnswer]:
     """``cloze`` option answers or greedy generations of variants on their plain prompts, in order."""
-    prompts = ModelPrompts.plain(variants)
+    prompts = ModelPrompts.plain(variants).with_heads(
+        model.tokenizer, [v.head_chars for v in variants], token_ids
+    )
     settings = AnswerSettings(generation=generation)
     return answer_unit(model, examples, variants, prompts, token_ids, settings, modes=("cloze",)).primary
 
@@ -132,6 +134,7 @@ def answer_chunk(
 
     prompts = model_prompts(model.tokenizer, variants, settings.prompt_format)
     token_ids = prompts.token_ids(model.tokenizer)
+    prompts = prompts.with_heads(model.tokenizer, [v.head_chars for v in variants], token_ids)
     canonical = [i for i, v in enumerate(variants) if v.is_canonical]
     alone = model.configured(
         batch_policy=BatchPolicy(token_budget=model.batch_policy.token_budget, max_batch=1)

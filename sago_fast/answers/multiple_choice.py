@@ -158,6 +158,7 @@ def answer_modes(
     prompt_ids: the prompts' token ids when already tokenised.
     """
     ids = prompt_ids if prompt_ids is not None else prompts.token_ids(model.tokenizer)
+    prompts = prompts.with_heads(model.tokenizer, [v.head_chars for v in variants], ids)
     return answer_modes_prefilled(model, examples, variants, prompts, ids, modes)[0]
 
 
@@ -169,12 +170,10 @@ def answer_modes_prefilled(
     prompt_ids: Sequence[Sequence[int]],
     modes: Sequence[str],
 ) -> tuple[list[dict[str, OptionAnswer]], Prefill]:
-    """:func:`answer_modes`, with the prompts' prefill (probe included) it was scored on."""
+    """:func:`answer_modes`, with the prompts' prefill (probe included) it was scored on (a benchmark's
+    instruction and demonstrations shared across examples where ``prompts.heads`` says so)."""
     pairs = option_pairs(examples, variants, prompts, modes)
-    heads = prompts.head_tokens(model.tokenizer, [v.head_chars for v in variants], prompt_ids)
-    loglik, prefill = score_pairs(  # a benchmark's instruction and demonstrations shared across examples
-        model, prompts, prompt_ids, pairs.rows, pairs.continuations, heads=heads
-    )
+    loglik, prefill = score_pairs(model, prompts, prompt_ids, pairs.rows, pairs.continuations)
     return answers_from_scores(examples, variants, pairs, loglik), prefill
 
 

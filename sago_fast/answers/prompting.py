@@ -16,12 +16,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from sago_fast import defaults
 from sago_fast.errors import InputError
-from sago_fast.runtime.prefill.shared_prefix import common_prefix
 from sago_fast.types import Dataset, Variant
 
 log = logging.getLogger(__name__)
@@ -60,6 +59,9 @@ class ModelPrompts:
     texts: tuple[str, ...]
     chat: bool  # True: continuations follow the assistant header directly
     keys: tuple[str, ...] = ()  # each prompt's example: prefixes are shared within one only (empty: any)
+    heads: tuple[
+        int, ...
+    ] = ()  # each prompt's first tokens any prompt may share (:meth:`with_heads`; empty: none)
 
     @classmethod
     def plain(cls, variants: Sequence[Variant]) -> ModelPrompts:
@@ -69,7 +71,8 @@ class ModelPrompts:
     def subset(self, rows: Sequence[int]) -> ModelPrompts:
         """The prompts at ``rows``, in that order."""
         keys = tuple(self.keys[i] for i in rows) if self.keys else ()
-        return ModelPrompts(tuple(self.texts[i] for i in rows), self.chat, keys)
+        heads = tuple(self.heads[i] for i in rows) if self.heads else ()
+        return ModelPrompts(tuple(self.texts[i] for i in rows), self.chat, keys, heads)
 
     @property
     def share_keys(self) -> list[str] | None:
@@ -91,22 +94,24 @@ class ModelPrompts:
         encoded = tokenizer(list(self.texts), add_special_tokens=self.add_special_tokens)["input_ids"]
         return [list(ids) for ids in encoded]
 
-    def head_tokens(
+    def with_heads(
         self, tokenizer: Any, head_chars: Sequence[int], token_ids: Sequence[Sequence[int]]
-    ) -> list[int]:
-        """How many of each prompt's first tokens are its head (:attr:`Variant.head_chars`, the part that
-        renderings of other examples may share): the tokens the prompt has in common with its head text
-        alone; 0 without a head, and always in a chat template (its text is not the variant's prompt). The
-        model decides which heads are worth a pass of their own (:meth:`SagoModel.prefill`)."""
+    ) -> ModelPrompts:
+        """These prompts with ``heads``: how many of each prompt's first tokens are its head
+        (:attr:`Variant.head_chars`, the part that renderings of other examples may share), the tokens the
+        prompt has in common with its head text alone; 0 without a head, and always in a chat template (its
+        text is not the variant's prompt). The model decides which heads are worth a pass of their own
+        (:meth:`SagoModel.prefill`)."""
         if self.chat or not any(head_chars):
-            return [0] * len(token_ids)
+            return replace(self, heads=(0,) * len(token_ids))
         wanted = sorted({self.texts[i][:h] for i, h in enumerate(head_chars) if h})
         encoded = tokenizer(wanted, add_special_tokens=self.add_special_tokens)["input_ids"]
         heads = dict(zip(wanted, encoded, strict=True))
-        return [
-            common_prefix(token_ids[i], heads[self.texts[i][:h]]) if h else 0
+        found = (
+            _shared_tokens(token_ids[i], heads[self.texts[i][:h]]) if h else 0
             for i, h in enumerate(head_chars)
-        ]
+        )
+        return replace(self, heads=tuple(found))
 
     @property
     def move_whitespace(self) -> bool:
@@ -122,6 +127,16 @@ def chat_prompt(tokenizer: Any, text: str, system_prompt: str | None = None) -> 
         return str(tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True))
     except Exception as exc:  # template errors (e.g. a template that refuses system turns)
         raise InputError(f"the tokenizer's chat template failed ({type(exc).__name__}: {exc})") from None
+
+
+def _shared_tokens(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many first tokens ``a`` and ``b`` share."""
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
 
 
 def model_prompts(tokenizer: Any, variants: Sequence[Variant], fmt: PromptFormat) -> ModelPrompts:

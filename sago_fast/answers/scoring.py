@@ -129,7 +129,6 @@ def score_pairs(
     rows: Sequence[int],
     continuations: Sequence[str],
     generation: GenerationSettings | None = None,
-    heads: Sequence[int] | None = None,
 ) -> tuple[np.ndarray, Prefill]:
     """Summed log-probs of each (prompts.texts[rows[p]], continuations[p]) pair, in one prefill per prompt.
 
@@ -137,7 +136,8 @@ def score_pairs(
     one example, so that results do not depend on which other examples are prefilled in the same call);
     prompt_ids: its token ids. Returns (loglik (n_pairs,) float64, the model's
     :class:`~sago_fast.runtime.model.Prefill` of the prompts, which carries the probe and, with
-    ``generation``, the greedy generations from the same cache). heads: per prompt, its first tokens that prompts of any key may share (see ``SagoModel.prefill``).
+    ``generation``, the greedy generations from the same cache; its ``heads``: per prompt, its first tokens
+    that prompts of any key may share, see ``SagoModel.prefill``).
     """
     on_cache: list[list[list[int]]] = [[] for _ in prompt_ids]
     slot: list[tuple[int, int]] = []  # pair -> (prompt row, index in on_cache[row]); (-1, k): fallback k
@@ -173,7 +173,7 @@ def score_pairs(
         if any(t >= limit for t in [*room, *fallback_targets]):
             raise InputError(f"an answer or continuation is as long as the model's {limit} positions")
         fallback = [sequence[-limit:] for sequence in fallback]  # lm-eval: the context's left goes
-    shared = [0 if c else h for h, c in zip(heads, cut, strict=True)] if heads is not None else []
+    shared = [0 if c else h for h, c in zip(prompts.heads, cut, strict=True)] if prompts.heads else []
     named = {"heads": shared} if any(shared) and generation is None else {}  # a cut prompt lost its head
     result = model.prefill(kept, on_cache, generation, share_keys=prompts.share_keys, **named)
     if any(cut):

@@ -511,14 +511,16 @@ def test_renderings_of_a_few_shot_task_share_its_head_across_items(tasks, checkp
     prompts = model_prompts(model.tokenizer, variants, PromptFormat())
     ids = prompts.token_ids(model.tokenizer)
     assert max(map(len, ids)) < model.max_positions - 8
-    heads = prompts.head_tokens(model.tokenizer, [v.head_chars for v in variants], ids)
+    prompts = prompts.with_heads(model.tokenizer, [v.head_chars for v in variants], ids)
+    heads = prompts.heads
     with_head = [tuple(i[:h]) for i, h in zip(ids, heads, strict=True) if h]
     in_chat = replace(prompts, chat=True)  # a chat template's text is not the variant's prompt: no heads
-    assert not any(in_chat.head_tokens(model.tokenizer, [v.head_chars for v in variants], ids))
+    assert not any(in_chat.with_heads(model.tokenizer, [v.head_chars for v in variants], ids).heads)
     assert len(with_head) > len(data.examples) and len(set(with_head)) < len(with_head) / 2
     with_heads, on_heads = answer_modes_prefilled(model, data.examples, variants, prompts, ids, ANSWER_MODES)
     plain = [replace(v, head_chars=0) for v in variants]
-    without, per_item = answer_modes_prefilled(model, data.examples, plain, prompts, ids, ANSWER_MODES)
+    no_heads = replace(prompts, heads=())
+    without, per_item = answer_modes_prefilled(model, data.examples, plain, no_heads, ids, ANSWER_MODES)
     assert on_heads.tokens_processed < per_item.tokens_processed
     for ours, theirs in zip(with_heads, without, strict=True):
         for mode in ANSWER_MODES:
