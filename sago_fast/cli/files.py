@@ -10,9 +10,7 @@ import typer
 
 from sago_fast.cli.options import DbOpt
 
-MERGE_HELP = (
-    """Merge Parquet unit folders written by `sago run --shard i/N` into a results file (idempotent)."""
-)
+MERGE_HELP = "Merge Parquet unit folders written by `sago run --shard i/N` into a results file (idempotent)."
 
 STATUS_HELP = """Show the runs of a results file and what is running on it: the processes writing (host, pid, last
 heartbeat), each unit's state (claimed, chunks and examples committed, done, stopped and why, failed) and

@@ -11,11 +11,11 @@ import typer
 from sago_fast.cli.options import CacheDirOpt, DeviceOpt, DtypeOpt
 
 EXPORT_HELP = (
-    """Export a checkpoint to ONNX (pooled hidden states + next-token log-probs), reusing the export cache."""
+    "Export a checkpoint to ONNX (pooled hidden states + next-token log-probs), reusing the export cache."
 )
 
 PROBE_HELP = (
-    """Probe a checkpoint on a few texts: shapes of the pooled outputs and the most likely next tokens."""
+    "Probe a checkpoint on a few texts: shapes of the pooled outputs and the most likely next tokens."
 )
 
 BENCH_HELP = """Throughput of sago's ORT path vs HF transformers eager on the same job (probe and generation), as JSON."""
