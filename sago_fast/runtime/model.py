@@ -35,7 +35,6 @@ from sago_fast.runtime.passes import CPU_PREFILL_CHUNK
 from sago_fast.runtime.prefill.continuations import first_tokens, score_in_blocks, score_on_prefix
 from sago_fast.runtime.prefill.shared_prefix import prefix_trees
 from sago_fast.runtime.prefilled_generation import generate_from_prefill
-from sago_fast.runtime.progress import PassProgress
 from sago_fast.runtime.session import SessionOptions, open_session, resolve_device
 from sago_fast.types import ExportSettings, ProbeResult
 
@@ -92,18 +91,6 @@ class SagoModel:
     @property
     def batch_policy(self) -> BatchPolicy:
         return self.engine.batch_policy
-
-    @property
-    def prefill_chunk(self) -> int:
-        return self.engine.prefill_chunk
-
-    @property
-    def prefix_sharing(self) -> int:
-        return self.engine.prefix_sharing
-
-    @property
-    def progress(self) -> PassProgress:
-        return self.engine.progress
 
     @property
     def has_kv_cache(self) -> bool:
@@ -293,10 +280,10 @@ class SagoModel:
                 targets = ids[row, ids.shape[1] - wanted[i] :]
                 greedy[i] = bool((best[row, k - wanted[i] :] == targets).all())
 
-        self.progress.start("score", len(token_ids), "pair")
+        self.engine.progress.start("score", len(token_ids), "pair")
         for batch in plan_batches(lengths, self.batch_policy):
             run_with_backoff(run_batch, batch, self.engine.shrink_batches)
-            self.progress.advance(len(batch), int(lengths[batch].sum()))
+            self.engine.progress.advance(len(batch), int(lengths[batch].sum()))
         return out, greedy
 
     def generate(self, texts: Sequence[str], settings: GenerationSettings | None = None) -> list[Generation]:
@@ -338,12 +325,12 @@ class SagoModel:
             frozenset(self.exported.manifest.get("eos_token_ids", [])),
             lambda ids: self.tokenizer.decode(ids, skip_special_tokens=True),
         )
-        trees = prefix_trees(token_ids, self.prefix_sharing, share_keys)
+        trees = prefix_trees(token_ids, self.engine.prefix_sharing, share_keys)
         longest = max((len(ids) for ids in token_ids), default=0)
-        if trees or 0 < self.prefill_chunk < longest:
+        if trees or 0 < self.engine.prefill_chunk < longest:
             counts = tokens if tokens is not None else {"prefill": 0, "blocks": 0}
             return generate_from_prefill(self.engine, token_ids, settings, text, trees, on_prefill, counts)
-        self.progress.start("generate", len(token_ids), "prompt")
+        self.engine.progress.start("generate", len(token_ids), "prompt")
         return greedy_generate(self.engine, token_ids, settings, text, on_prefill)
 
     def close(self) -> None:

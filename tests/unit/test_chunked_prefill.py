@@ -67,4 +67,4 @@ def test_a_prefill_in_chunks_equals_one_whole_pass(arch, checkpoints, cache_dir)
 
 def test_chunks_are_on_by_default_on_cpu_only(checkpoints, cache_dir):
     model = sago_fast.load_model(checkpoints["llama"], cache_dir=cache_dir)
-    assert model.device == "cpu" and model.prefill_chunk == CPU_PREFILL_CHUNK
+    assert model.device == "cpu" and model.engine.prefill_chunk == CPU_PREFILL_CHUNK

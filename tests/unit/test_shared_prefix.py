@@ -99,7 +99,7 @@ def test_prefill_through_shared_prefixes_equals_one_without(arch, checkpoints, c
             tok(" Rome city", add_special_tokens=False)["input_ids"],
         ]
     ] * len(texts)
-    trees = prefix_trees(ids, model.prefix_sharing)  # the case under test: a tree in several pieces
+    trees = prefix_trees(ids, model.engine.prefix_sharing)  # the case under test: a tree in several pieces
     assert len(trees) == 1 and len(trees[0].ends) >= 3 and len(trees[0].members) == 4
     shared = model.prefill(ids, conts)
     alone = prefill_without_sharing(model, ids, conts)
@@ -127,7 +127,7 @@ def test_prefill_along_a_tree_per_start_equals_one_without(checkpoints, cache_di
     conts = [
         [tok(" A", add_special_tokens=False)["input_ids"], tok(" B", add_special_tokens=False)["input_ids"]]
     ]
-    trees = prefix_trees(ids, model.prefix_sharing)
+    trees = prefix_trees(ids, model.engine.prefix_sharing)
     assert sorted(sorted((t.anchor, *(m for m, _ in t.members))) for t in trees) == [[0, 2], [1, 3]]
     shared = model.prefill(ids, conts * len(ids))
     alone = prefill_without_sharing(model, ids, conts * len(ids))
