@@ -124,6 +124,15 @@ LIGHT_ARGS = {"device", "dtype", "batch_size", "cache_dir", "max_length", "add_b
 LIGHT_ARGS |= {"sago_db", "token_budget"}  # model arguments that leave what is exported unchanged
 
 
+def sago_model_args(argv: Sequence[str]) -> dict[str, str] | None:
+    """The ``--model_args`` of a command line that runs the sago backend, ``pretrained`` aside, by name;
+    None for another model or no model arguments."""
+    model, model_args = _option(list(argv), "--model"), _option(list(argv), MODEL_ARGS)
+    if model is None or model[1] not in MODEL_NAMES or model_args is None:
+        return None
+    return dict(a.split("=", 1) for a in split_model_args(model_args[1])[1].split(",") if "=" in a)
+
+
 def start_light_if_cached(runs: Sequence[tuple[str, list[str]]]) -> bool:
     """Tokenizers without torch (:func:`sago_fast.runtime.light.start_without_torch_if_exported`: ~3 s of
     transformers' import) when every checkpoint of a ``sago lm-eval`` command runs the sago backend with
@@ -138,11 +147,8 @@ def start_light_if_cached(runs: Sequence[tuple[str, list[str]]]) -> bool:
 
     settings = set()
     for _, argv in runs:
-        model, model_args, device = (_option(argv, f) for f in ("--model", MODEL_ARGS, "--device"))
-        if model is None or model[1] not in MODEL_NAMES or model_args is None:
-            return False
-        args = dict(a.split("=", 1) for a in split_model_args(model_args[1])[1].split(",") if "=" in a)
-        if not set(args) <= LIGHT_ARGS:
+        args, device = sago_model_args(argv), _option(argv, "--device")
+        if args is None or not set(args) <= LIGHT_ARGS:
             return False
         try:
             resolved = resolve_device(engine_device(device[1] if device else "auto"))
@@ -166,10 +172,9 @@ def check_before_work(argv: Sequence[str]) -> None:
     """For the sago backend, before lm-eval is even imported: what the backend checks when lm-eval builds
     it (:func:`preflight`), so a bad cache, results file or batch size is one
     line at once rather than after lm-eval's start."""
-    model, model_args = _option(list(argv), "--model"), _option(list(argv), MODEL_ARGS)
-    if model is None or model[1] not in MODEL_NAMES or model_args is None:
+    args = sago_model_args(argv)
+    if args is None:
         return
-    args = dict(a.split("=", 1) for a in split_model_args(model_args[1])[1].split(",") if "=" in a)
     batch = _option(list(argv), "--batch_size")
     preflight(args.get("cache_dir"), args.get("sago_db"), batch[1] if batch else None)
 
