@@ -205,24 +205,6 @@ class Dispersion:
 NEIGHBOUR_BLOCK = 512  # rows of the distance matrix sorted at a time
 
 
-def sample_size(per_example_bytes: int, budget_bytes: int) -> int:
-    """The most examples whose activations (``per_example_bytes`` each) fit in ``budget_bytes`` beside the
-    finish's working set: the cosine distances among the kept examples and their temporaries (up to six
-    (m, m) float64 arrays at once) and a block of sorted distances; at least KNN_K + 2."""
-    a, b, c = 48.0, float(per_example_bytes + 16 * NEIGHBOUR_BLOCK), -float(budget_bytes)
-    m = int((-b + np.sqrt(b * b - 4 * a * c)) / (2 * a))  # 48 m² + b m - budget <= 0
-    return max(m, KNN_K + 2)
-
-
-def seeded_sample(example_ids: Sequence[str], size: int, seed: int) -> frozenset[str] | None:
-    """``size`` examples drawn uniformly without replacement (seeded), or None when all fit. The draw
-    depends on the ids and the seed only, never on how the unit is chunked or resumed."""
-    if size >= len(example_ids):
-        return None
-    order = np.random.default_rng(seed).permutation(len(example_ids))
-    return frozenset(example_ids[i] for i in order[:size])
-
-
 def _neighbours(X: np.ndarray, k: int) -> np.ndarray:
     """(E, d) -> (E, k) indices of the k nearest other rows by cosine distance (ties: lower index), sorted
     NEIGHBOUR_BLOCK rows at a time so only the distance matrix itself is (E, E)."""

@@ -66,7 +66,7 @@ def lockstep_outcomes(work: Work) -> Iterator[ChunkOutcome | UnitOutcome]:
     monitor = comparison_monitor(plan, config)
     for unit in plan.units:
         for text in resume.get(unit.unit_id, NOTHING_DONE).sequence_values:
-            monitor.add_chunk(unit.unit_id, decode_values(text))
+            monitor.add_unit_chunk(unit.unit_id, decode_values(text))
     dataset_rank = {dataset_id: i for i, dataset_id in enumerate(plan.datasets)}
     groups = plan.by_checkpoint(units)
     log.info(
@@ -92,7 +92,7 @@ def lockstep_outcomes(work: Work) -> Iterator[ChunkOutcome | UnitOutcome]:
         outcome = next(stream.outcomes)  # one outcome per chunk and per unit: never past its last unit
         if isinstance(outcome, ChunkOutcome):
             stream.examples += outcome.n_examples
-            grown = monitor.add_chunk(outcome.unit_id, outcome.records.followed or {})
+            grown = monitor.add_unit_chunk(outcome.unit_id, outcome.records.followed or {})
             if grown:  # committed with the chunk, and said then (say_committed)
                 outcome = replace(outcome, comparisons=tuple(grown))
         else:

@@ -26,7 +26,7 @@ from sago_fast.answers.answering import AnyAnswer, UnitAnswers
 from sago_fast.answers.free_answers import FreeAnswer
 from sago_fast.answers.multiple_choice import OptionAnswer
 from sago_fast.axes import DATASET_SCORERS, LAYER_SCORERS, ExampleView, scorers_for
-from sago_fast.axes.activation import POOLINGS, sample_size, seeded_sample
+from sago_fast.axes.activation import KNN_K, NEIGHBOUR_BLOCK, POOLINGS
 from sago_fast.axes.catalogue import check_metrics, check_written, metric
 from sago_fast.axes.levels import (
     MIN_LAYOUT_EXAMPLES,
@@ -89,6 +89,24 @@ def plan_chunks(
     if current:
         chunks.append(current)
     return [[e for e in chunk if e not in done] for chunk in chunks if not set(chunk) <= done]
+
+
+def sample_size(per_example_bytes: int, budget_bytes: int) -> int:
+    """The most examples whose activations (``per_example_bytes`` each) fit in ``budget_bytes`` beside the
+    finish's working set: the cosine distances among the kept examples and their temporaries (up to six
+    (m, m) float64 arrays at once) and a block of sorted distances; at least KNN_K + 2."""
+    a, b, c = 48.0, float(per_example_bytes + 16 * NEIGHBOUR_BLOCK), -float(budget_bytes)
+    m = int((-b + np.sqrt(b * b - 4 * a * c)) / (2 * a))  # 48 m² + b m - budget <= 0
+    return max(m, KNN_K + 2)
+
+
+def seeded_sample(example_ids: Sequence[str], size: int, seed: int) -> frozenset[str] | None:
+    """``size`` examples drawn uniformly without replacement (seeded), or None when all fit. The draw
+    depends on the ids and the seed only, never on how the unit is chunked or resumed."""
+    if size >= len(example_ids):
+        return None
+    order = np.random.default_rng(seed).permutation(len(example_ids))
+    return frozenset(example_ids[i] for i in order[:size])
 
 
 def unit_context(

@@ -138,7 +138,7 @@ class SeparationMonitor:
         ]
         return cls(settings, comparisons)
 
-    def add_chunk(self, unit_id: str, chunk: ChunkValues) -> list[PairBounds]:
+    def add_unit_chunk(self, unit_id: str, chunk: ChunkValues) -> list[PairBounds]:
         """Record one chunk of ``unit_id``; returns the bounds of its comparisons whose paired prefix
         grew (each metric's sequence after it)."""
         if not chunk.get(ACCURACY):

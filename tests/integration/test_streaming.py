@@ -76,7 +76,7 @@ def test_neighbourhood_metrics_sample_examples_beyond_the_budget(unit):
     # activations: 3 layers x 32 d x 4 B x 2 poolings x 5 variants = 3.8 kB an example; 1 MB keeps them all
     exact = evaluate_unit(model, data, variants, stream=StreamSettings(sample_memory_mb=1))
     assert exact.table("unit_estimators")["estimator"] == ["exact", "exact"]
-    from sago_fast.axes.activation import seeded_sample
+    from sago_fast.units.chunk import seeded_sample
 
     size = 9
     sample = seeded_sample([e.example_id for e in data.examples], size, 0)

@@ -62,7 +62,7 @@ def lockstep(
             stopped.add(unit)
             continue
         visited = order[seen[unit] : seen[unit] + chunk]
-        monitor.add_chunk(unit, {"accuracy": {e: models[unit][e] for e in visited}})
+        monitor.add_unit_chunk(unit, {"accuracy": {e: models[unit][e] for e in visited}})
         seen[unit] += chunk
 
 

@@ -41,7 +41,7 @@ def run_lockstep(mon: SeparationMonitor, models: dict[str, dict[str, float]]) ->
         if mon.stop_reason(unit, None) is not None or seen[unit] >= N:
             stopped[unit] = seen[unit]
             continue
-        mon.add_chunk(unit, chunks(models[unit], seen[unit], seen[unit] + CHUNK))
+        mon.add_unit_chunk(unit, chunks(models[unit], seen[unit], seen[unit] + CHUNK))
         seen[unit] += CHUNK
     return stopped
 
@@ -74,11 +74,11 @@ def test_the_bounds_depend_on_the_paired_prefix_only_not_on_the_interleaving():
     a, b = accuracy(0.4, 6), accuracy(0.6, 7)
     first, second = monitor(), monitor()
     for start in range(0, 200, CHUNK):  # A then B, chunk by chunk
-        first.add_chunk("uA", chunks(a, start, start + CHUNK))
-        first.add_chunk("uB", chunks(b, start, start + CHUNK))
-    second.add_chunk("uB", chunks(b, 0, 200))  # B all at once, then A in uneven pieces
+        first.add_unit_chunk("uA", chunks(a, start, start + CHUNK))
+        first.add_unit_chunk("uB", chunks(b, start, start + CHUNK))
+    second.add_unit_chunk("uB", chunks(b, 0, 200))  # B all at once, then A in uneven pieces
     for start, stop in ((0, 30), (30, 170), (170, 200)):
-        second.add_chunk("uA", chunks(a, start, stop))
+        second.add_unit_chunk("uA", chunks(a, start, stop))
     assert first.final() == second.final()
     (bounds,) = first.final()
     from sago_fast.axes.catalogue import sequential_metrics
