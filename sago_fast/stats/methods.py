@@ -158,22 +158,62 @@ def paired_mean_difference(
     level for skewed differences of mean 0, which a sign-flip test is not) reject, in the same direction.
     So its level is at most the smaller of theirs wherever either holds: p = the larger of the two
     p-values; CI = the hull of the two intervals, each the inversion of its own test, so the CI excludes 0
-    exactly when p < 1 - confidence. Constant differences: the sign-flip test alone (exact; a zero-width
-    CI once it rejects). Bounds stay within the differences' range (and 0, where the test does not reject)."""
+    exactly when p < 1 - confidence.
+
+    Differences on two values (a step that some examples take and others do not; one repeated value counts
+    with 0, no change, as the other) also get the exact binomial interval of :func:`two_point_inference`,
+    in the hull and in p: inverting a sign-flip test at a shift assumes differences symmetric about it,
+    which two values are not, and with few examples off the step the bootstrap sees no spread (60 values
+    of 0.5 gave [0.5, 0.5]). Bounds stay within the differences' support (and 0, where the test does not
+    reject)."""
     flip = paired_sign_flip(a, b, config, stream=stream)
     d = _finite(rounded_differences(a, b))
-    if flip.p_value is None or np.ptp(d) == 0:
+    two_point = two_point_inference(d, config.confidence)
+    if flip.p_value is None:
         return flip
-    boot = _studentized_bootstrap(d, config, 0.0, "two-sided", stream)
+    parts = [flip] + ([two_point] if two_point is not None else [])
+    if np.ptp(d) > 0:
+        parts.append(_studentized_bootstrap(d, config, 0.0, "two-sided", stream))
+    if len(parts) == 1:
+        return flip
     level = 1.0 - config.confidence
-    low, high = min(flip.low, boot.low), max(flip.high, boot.high)
-    rejected = flip.p_value < level and boot.p_value is not None and boot.p_value < level
-    floor, ceiling = float(d.min()), float(d.max())  # the mean difference cannot lie beyond them
-    if not rejected:
+    low, high = min(part.low for part in parts), max(part.high for part in parts)
+    p = max(1.0 if part.p_value is None else part.p_value for part in parts)
+    support = [float(d.min()), float(d.max())] + ([0.0] if np.ptp(d) == 0 else [])
+    floor, ceiling = min(support), max(support)  # the mean difference cannot lie beyond them
+    if p >= level:
         floor, ceiling = min(floor, 0.0), max(ceiling, 0.0)
     low, high = min(max(low, floor), ceiling), max(min(high, ceiling), floor)
-    p = max(flip.p_value, boot.p_value if boot.p_value is not None else 1.0)
-    return MeanInference(flip.estimate, low, high, p, PAIRED_TEST)
+    method = PAIRED_TEST if two_point is None else f"{PAIRED_TEST} and exact two-point"
+    return MeanInference(flip.estimate, low, high, p, method)
+
+
+def two_point_inference(d: np.ndarray, confidence: float) -> MeanInference | None:
+    """The exact interval and two-sided test of the mean of differences that take two values ``lo < hi``
+    (or one value c != 0, taken with 0 as the other), or None for any other support.
+
+    The mean is lo + (hi - lo) q with q the share at ``hi``: the Clopper–Pearson interval of q
+    (``scipy.stats.binomtest``), mapped back, and the central binomial p-value of the q that makes the mean
+    0 (the test the interval inverts; 0 when that q is 0 or 1 and an example lies off it, None when 0 lies
+    outside the support)."""
+    values = np.unique(d)
+    if len(values) == 1 and values[0] != 0.0:
+        values = np.sort(np.append(values, 0.0))
+    if len(values) != 2:
+        return None
+    lo, hi = float(values[0]), float(values[1])
+    n, k = len(d), int(np.sum(d == hi))
+    ci = stats.binomtest(k, n).proportion_ci(confidence_level=confidence, method="exact")
+    null_share = -lo / (hi - lo)
+    if null_share < 0.0 or null_share > 1.0:
+        p = None
+    elif null_share in (0.0, 1.0):
+        p = 1.0 if k == round(null_share * n) else 0.0
+    else:
+        tails = stats.binom.cdf(k, n, null_share), stats.binom.sf(k - 1, n, null_share)
+        p = float(min(1.0, 2.0 * min(tails)))
+    mean = lo + (hi - lo) * k / n
+    return MeanInference(mean, lo + (hi - lo) * float(ci.low), lo + (hi - lo) * float(ci.high), p, "exact two-point")
 
 
 def paired_sign_flip(a: np.ndarray, b: np.ndarray, config: StatsConfig, *, stream: int = 0) -> MeanInference:

@@ -6,8 +6,9 @@ paired anytime-valid confidence sequence (:mod:`sago_fast.stats.confidence_seque
 difference, later minus earlier (b - a), over the examples both have visited, in the shared visiting
 order, on the range ``[-(high - low), high - low]`` of the metric's bounds. A comparison is settled on a
 metric once the sign of the difference is known (the sequence excludes 0) or its half-width is within H;
-each sequence is built at the run's alpha split over its comparisons and their metrics (Bonferroni,
-:func:`family_alpha`), so a sign declared anywhere in the run is wrong with probability at most alpha;
+each sequence is built at the run's alpha split over its comparisons and the metrics each one follows
+(Bonferroni, :func:`family_alpha`), so a sign declared anywhere in the run is wrong with probability at most
+alpha;
 a pair once every metric is; a unit stops (``separated``) once every pair it is in is settled. A unit
 whose comparisons are all gone (its neighbours failed) falls back to its own precision rule.
 
@@ -28,7 +29,6 @@ from itertools import pairwise
 
 import numpy as np
 
-from sago_fast.axes.catalogue import sequential_metrics
 from sago_fast.units.sequential import (
     ACCURACY,
     SEPARATED,
@@ -44,11 +44,14 @@ from sago_fast.units.sequential import (
 log = logging.getLogger(__name__)
 
 
-def family_alpha(alpha: float, n_comparisons: int) -> float:
-    """Each comparison's share of ``alpha`` (Bonferroni): the run's neighbour comparisons times the metric
-    groups a comparison can follow, so that the chance of any sequence of the run excluding a true
-    difference (a "significant" change between equal checkpoints among them) stays within ``alpha``."""
-    return alpha / max(1, n_comparisons * len(sequential_metrics()))
+def family_alpha(alpha: float, n_comparisons: int, n_metrics: int) -> float:
+    """One sequence's share of ``alpha`` (Bonferroni): alpha / (the run's neighbour comparisons × the
+    metrics this comparison follows). Summed over every comparison's sequences that is ``alpha``, so the
+    chance of any sequence of the run excluding a true difference (a "significant" change between equal
+    checkpoints among them) stays within ``alpha``; metrics nobody follows take no share. Which metrics a
+    comparison follows depends on the metrics its units' first chunks have (the data's kind), never on
+    their values."""
+    return alpha / max(1, n_comparisons * n_metrics)
 
 
 @dataclass(frozen=True)
@@ -118,7 +121,7 @@ class SeparationMonitor:
         self.settings = settings
         self.precision: float = settings.precision
         self.comparisons = list(comparisons)
-        self.alpha = family_alpha(settings.alpha, len(self.comparisons))
+        self.n_comparisons = len(self.comparisons)  # the Bonferroni count, fixed when the run starts
         self.values: dict[str, dict[str, dict[str, float]]] = {}  # unit -> metric -> example -> value
         self.first_metrics: dict[str, set[str]] = {}  # unit -> the metrics of its first chunk
 
@@ -188,17 +191,20 @@ class SeparationMonitor:
             self.first_metrics[comparison.a.unit_id] & self.first_metrics[comparison.b.unit_id]
         )
         prefix = comparison.order[:k]
+        alpha = family_alpha(self.settings.alpha, self.n_comparisons, len(metrics))
         comparison.bounds = [
-            self._bounds(comparison, name, k, paired_differences(prefix, a.get(name, {}), b.get(name, {})))
+            self._bounds(
+                comparison, name, k, paired_differences(prefix, a.get(name, {}), b.get(name, {})), alpha
+            )
             for name in metrics
         ]
         comparison.n_examples = k
         return True
 
-    def _bounds(self, comparison: Comparison, name: str, k: int, differences: np.ndarray) -> PairBounds:
-        scale, sequence = metric_sequence(
-            name, self.alpha, self.precision, len(comparison.order), paired=True
-        )
+    def _bounds(
+        self, comparison: Comparison, name: str, k: int, differences: np.ndarray, alpha: float
+    ) -> PairBounds:
+        scale, sequence = metric_sequence(name, alpha, self.precision, len(comparison.order), paired=True)
         sequence.extend(scale.to_unit(differences))
         lower, upper = sequence.bounds()
         return PairBounds(
@@ -211,7 +217,7 @@ class SeparationMonitor:
             comparison.a,
             comparison.b,
             k,
-            self.alpha,
+            alpha,
         )
 
 

@@ -81,14 +81,24 @@ def test_the_bounds_depend_on_the_paired_prefix_only_not_on_the_interleaving():
         second.add_unit_chunk("uA", chunks(a, start, stop))
     assert first.final() == second.final()
     (bounds,) = first.final()
-    from sago_fast.axes.catalogue import sequential_metrics
-
-    # the run's alpha split over its comparisons and the metric groups they follow (Bonferroni)
-    assert bounds.alpha == pytest.approx(0.05 / (len(first.comparisons) * len(sequential_metrics())))
+    # the run's alpha split over its comparisons and the metrics they follow (here accuracy alone)
+    assert bounds.alpha == pytest.approx(0.05 / len(first.comparisons))
     scale = Scale(-1.0, 1.0)
     direct = BettingSequence(bounds.alpha, tuning=Tuning(scale.width_to_unit(0.1), N))
     direct.extend(scale.to_unit(paired_differences(ORDER[:200], a, b)))
     assert (bounds.lower, bounds.upper) == pytest.approx(tuple(map(scale.from_unit, direct.bounds())))
+
+
+def test_alpha_is_split_over_the_metrics_a_comparison_follows_only():
+    a, b = accuracy(0.5, 1), accuracy(0.5, 2)
+    alphas = {}
+    for followed in (("accuracy",), ("accuracy", "flip_rate")):
+        mon = monitor(n_models=2)
+        for unit, values in (("uA", a), ("uB", b)):
+            mon.add_unit_chunk(unit, {name: chunks(values, 0, 100)["accuracy"] for name in followed})
+        alphas[len(followed)] = {bound.metric: bound.alpha for bound in mon.final()}
+    assert alphas[1] == {"accuracy": pytest.approx(0.05)}  # one comparison, one metric: all of alpha
+    assert alphas[2] == {"accuracy": pytest.approx(0.025), "flip_rate": pytest.approx(0.025)}
 
 
 def test_examples_without_a_value_in_either_model_are_left_out_of_a_metric():

@@ -52,13 +52,39 @@ def test_three_nonzero_differences_of_one_sign_are_not_significant():
 @pytest.mark.parametrize("n", [2, 5, 6, 20])
 def test_constant_differences_get_the_exact_answer(n):
     """0.9 - 0.4 on every example (0.5000000000004 in floats): the exact p of n equal signs (2 / 2^n: no
-    rejection below n = 6), never a bound near 1e15; a zero-width CI once that rejects, else one reaching
-    0 (the CI agrees with the test: it was zero-width at n = 5 while p = 1/16)."""
+    rejection below n = 6), never a bound near 1e15; a CI reaching 0 while that does not reject, and once
+    it does, the exact two-point bound (0.5 a step every example took, 0 the no-change none did): the
+    Clopper-Pearson bound of n successes in n, (0.025)^(1/n) of the step, not a zero-width [0.5, 0.5]."""
     got = paired_mean_difference(np.full(n, 0.9), np.full(n, 0.4), FAST)
-    assert got.high == pytest.approx(0.5) and got.method == "constant"
+    assert got.high == pytest.approx(0.5) and got.method.endswith("exact two-point")
     assert got.p_value == pytest.approx(max(2 / 2**n, 1 / (FAST.n_resamples + 1)), rel=1e-9, abs=0)
     assert (got.p_value < 0.05) == (n >= 6)
-    assert got.low == (pytest.approx(0.5) if n >= 6 else 0.0)
+    assert got.low == (pytest.approx(0.5 * 0.025 ** (1 / n)) if n >= 6 else 0.0)
+
+
+def test_differences_on_two_values_get_the_exact_bound():
+    """59 steps of 0.5 and one example without: the Clopper-Pearson bound of 59 in 60 (0.455), where the
+    sign-flip inversion alone gave 0.479; the upper bound is the step itself."""
+    a = np.full(60, 0.5)
+    a[0] = 0.0
+    got = paired_mean_difference(a, np.zeros(60), FAST)
+    low = stats.binomtest(59, 60).proportion_ci(0.95, method="exact").low
+    assert got.low == pytest.approx(0.5 * low) and got.low == pytest.approx(0.455, abs=5e-4)
+    assert got.high == pytest.approx(0.5) and got.p_value < 0.05
+
+
+@pytest.mark.parametrize(("n", "q"), [(60, 0.97), (20, 0.9)])
+def test_step_differences_are_covered_at_the_level(n, q):
+    """The step case (b in {0, 0.4}, a = b + 0.5 with probability q): the 95% CI of the mean difference
+    covered 0.5 q in 81% (n = 60, q = 0.97) and 88% (n = 20, q = 0.9) of data sets; now >= 93%."""
+    rng = np.random.default_rng(5)
+    reps, covered = 300, 0
+    for i in range(reps):
+        b = rng.choice([0.0, 0.4], n)
+        a = b + 0.5 * (rng.random(n) < q)
+        got = paired_mean_difference(a, b, FAST, stream=i)
+        covered += got.low - 1e-12 <= 0.5 * q <= got.high + 1e-12
+    assert covered / reps >= 0.93, covered / reps
 
 
 @pytest.mark.parametrize("n", [2, 5, 6, 20])
