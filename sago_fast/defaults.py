@@ -4,6 +4,7 @@ and the CLI's help texts print them (this module imports nothing, so the CLI sta
 from __future__ import annotations
 
 VARIANTS_PER_FAMILY = 2  # variants drawn per perturbation family and example
+DESIGN = "full"  # which item × family cells a unit renders (sago_fast.variants.design)
 SEED = 0  # variant seed
 DEVICE = "cpu"
 MAX_NEW_TOKENS = 16  # generation tasks: tokens generated at most

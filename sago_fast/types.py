@@ -168,3 +168,4 @@ class Variant:
     option_labels: tuple[str, ...] = ()  # answer label of each displayed position ("A", "B", ...)
     system_prompt: str | None = None  # system turn used under a chat template (system_prompt family)
     head_chars: int = 0  # the prompt's first characters that other examples' renderings may share by design
+    inclusion: float = 1.0  # probability that the design renders this variant's cell (1: the full design)

@@ -13,9 +13,12 @@ A block holds H: (n_layers + 1, E, V, d) for one pooling and one variant layout 
                             left out (no row) at a layer whose between-example distance is 0 or undefined
                             (e.g. layer 0 under last-token pooling, where every prompt ends in the same
                             token, or a unit of one example): a ratio to no spread is not a number
-  knn_instability[l,e,f]  = 1 - |kNN_canonical(e) ∩ kNN_f(e)| / k, neighbours among the other examples
-                            (k = min(10, E - 2)), averaged over the family's variants; and
+  knn_instability[l,e,f]  = 1 - |kNN(canonical e) ∩ kNN(variant of e)| / k, the neighbours among the
+                            canonical renderings of the other examples (k = min(10, E - 2)), averaged over
+                            the family's variants: one figure per cell, whichever cells a sampled design
+                            drew for the other examples; and
   cka[l, f] (dataset)     = linear CKA between canonical and family-f representations (first variant of f)
+                            over the examples with family f (all of them under the full design);
                             both over every example while their activations fit the sample budget, else
                             over a seeded uniform sample of examples (recorded in ``unit_estimators``)
 """
@@ -39,7 +42,7 @@ from sago_fast.axes.levels import (
 )
 from sago_fast.axes.scored import DatasetScore, Estimator, LayerScores, ScoredRows
 from sago_fast.kernels import distances_to_reference, linear_cka
-from sago_fast.kernels.gram import cosine_matrix
+from sago_fast.kernels.gram import cosine_between
 
 AXIS = "activation"
 KNN_K = 10
@@ -47,19 +50,21 @@ NO_SPREAD = 1e-12  # a mean cosine distance below this is rounding noise of para
 POOLINGS = ("last", "mean")
 
 
-def _pair_mask(members: np.ndarray) -> np.ndarray:
-    """(V,) bool -> (V*(V-1)/2,) bool: pairs (pdist order) with both ends in ``members``."""
-    i, j = np.triu_indices(len(members), 1)
-    return members[i] & members[j]
-
-
 def dispersion_raw(block: ActivationBlock) -> dict[str | None, np.ndarray]:
-    """family -> (n_layers + 1, E) mean pairwise cosine distance among the family's variants."""
+    """family -> (n_layers + 1, E) mean pairwise cosine distance among each example's variants of the
+    family (canonical + the family's, or every meaning-preserving one for None), each pair weighted by 1 /
+    its inclusion probability under a sampled design; NaN for an example without the family's pairs."""
     out = {}
     for family in block.families:
-        mask = _pair_mask(block.members(family))
-        if mask.any():
-            out[family] = block.pair_distances[:, :, mask].mean(axis=2)
+        weights = block.pair_weights(family)  # (E, P)
+        total = weights.sum(axis=1)
+        if not total.any():
+            continue
+        if block.family_grid is None and block.inclusion is None:  # one set of pairs: the plain mean
+            out[family] = block.pair_distances[:, :, weights[0] > 0].mean(axis=2)
+            continue
+        summed = np.einsum("lep,ep->le", block.pair_distances, weights)
+        out[family] = np.divide(summed, total, out=np.full_like(summed, np.nan), where=total > 0)
     return out
 
 
@@ -82,10 +87,11 @@ def _dispersion_raw_rows(block: ActivationBlock, context: UnitContext) -> list[L
     if block.layout not in context.scored_layouts:
         return []
     ids = list(block.example_ids)
-    return [
+    grids = [
         LayerScores.grid(ids, block.pooling, "dispersion_raw", family, raw)
         for family, raw in dispersion_raw(block).items()
     ]
+    return [grid if np.isfinite(grid.value).all() else grid.select(np.isfinite(grid.value)) for grid in grids]
 
 
 @layer_scorer(
@@ -176,7 +182,9 @@ class Dispersion:
             out[f"{key}@counts"] = np.stack([n_nonzero, n_zero])  # (2, L)
             out[f"{key}@ids"] = np.array(block.example_ids, dtype=str)
             for family, raw in dispersion_raw(block).items():
-                out[f"{key}@raw={_family_key(family)}"] = raw
+                has = np.isfinite(raw).all(axis=0)  # (E,) the examples with the family's pairs
+                out[f"{key}@raw={_family_key(family)}"] = raw[:, has]
+                out[f"{key}@with={_family_key(family)}"] = np.array(block.example_ids, dtype=str)[has]
         return out
 
     def finish(self, partials: Sequence[Mapping[str, np.ndarray]], context: UnitContext) -> ScoredRows:
@@ -185,11 +193,12 @@ class Dispersion:
             pooling = key.rsplit("#", 1)[1]
             counts = np.sum(fields["counts"], axis=0)
             between = between_example_distance(np.sum(fields["unit_sum"], axis=0), counts[0], counts[1])
-            ids = [str(x) for part in fields["ids"] for x in part]
             spread = between > NO_SPREAD  # (L,) False where the ratio has no denominator (NaN included)
             for name in sorted(f for f in fields if f.startswith("raw=")):
                 family = name[4:]
-                raw = np.concatenate(fields[name], axis=1)  # (L, E)
+                raw = np.concatenate(fields[name], axis=1)  # (L, E of the family)
+                with_family = fields.get(f"with={family}", fields["ids"])  # (partials before "with": all)
+                ids = [str(x) for part in with_family for x in part]
                 value = raw / np.where(spread, between, 1.0)[:, None]
                 grid = LayerScores.grid(ids, pooling, "dispersion", None if family == "*" else family, value)
                 if spread.any():
@@ -205,11 +214,12 @@ class Dispersion:
 NEIGHBOUR_BLOCK = 512  # rows of the distance matrix sorted at a time
 
 
-def _neighbours(X: np.ndarray, k: int) -> np.ndarray:
-    """(E, d) -> (E, k) indices of the k nearest other rows by cosine distance (ties: lower index), sorted
-    NEIGHBOUR_BLOCK rows at a time so only the distance matrix itself is (E, E)."""
-    dist = cosine_matrix(X)
-    np.fill_diagonal(dist, np.inf)
+def _neighbours(X: np.ndarray, own: np.ndarray, C: np.ndarray, k: int) -> np.ndarray:
+    """(n, d) rows X[r] of example ``own[r]`` against the (E, d) canonical rows C -> (n, k) indices of the k
+    rows of C nearest X[r] by cosine distance, its own example's left out (ties: lower index), sorted
+    NEIGHBOUR_BLOCK rows at a time so only the distance matrix itself is (n, E)."""
+    dist = cosine_between(X, C)
+    dist[np.arange(len(own)), own] = np.inf
     out = np.empty((X.shape[0], k), dtype=np.int64)
     for start in range(0, X.shape[0], NEIGHBOUR_BLOCK):
         block = dist[start : start + NEIGHBOUR_BLOCK]
@@ -217,20 +227,31 @@ def _neighbours(X: np.ndarray, k: int) -> np.ndarray:
     return out
 
 
-def knn_instability(H: np.ndarray, layout: Sequence[str], family: str, k: int) -> np.ndarray:
-    """H (L, E, V, d) -> (L, E): share of each example's k canonical neighbours not among the neighbours
-    of its family-f variants, averaged over those variants."""
-    fam = np.asarray(layout)
-    variant_ids = np.where(fam == family)[0]
-    n_layers, n_examples = H.shape[:2]
-    instability = np.zeros((n_layers, n_examples))
-    for layer in range(n_layers):
-        base = _neighbours(H[layer, :, 0], k)
-        for v in variant_ids:
-            other = _neighbours(H[layer, :, v], k)
-            overlap = np.array([len(np.intersect1d(base[e], other[e])) for e in range(n_examples)]) / k
-            instability[layer] += 1.0 - overlap
-    return instability / len(variant_ids)
+def _overlap(a: np.ndarray, b: np.ndarray, k: int) -> np.ndarray:
+    """(n, k) and (n, k) neighbour indices -> (n,) share of each row's neighbours in both."""
+    return np.array([len(np.intersect1d(x, y)) for x, y in zip(a, b, strict=True)]) / k
+
+
+def knn_instability(
+    H: np.ndarray, family_grid: np.ndarray, family: str, k: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """H (L, E, V, d), family_grid (E, V) -> (the examples with family-f variants (E_f,) positions, (L, E_f)):
+    the share of each example's k nearest canonical renderings of the other examples that are not among
+    the k nearest to its family-f variant, averaged over those variants. The neighbours are always the
+    canonical renderings of every other example, so the figure is one per cell: it does not depend on
+    which cells a sampled design drew for the other examples."""
+    examples, columns = np.nonzero(family_grid == family)
+    with_family = np.unique(examples)
+    position = np.searchsorted(with_family, examples)
+    counts = np.bincount(position, minlength=len(with_family))
+    instability = np.zeros((H.shape[0], len(with_family)))
+    for layer in range(H.shape[0]):
+        canonical = H[layer, :, 0]
+        base = _neighbours(canonical[with_family], with_family, canonical, k)
+        moved = _neighbours(H[layer, examples, columns], examples, canonical, k)
+        lost = 1.0 - _overlap(base[position], moved, k)
+        instability[layer] = np.bincount(position, weights=lost, minlength=len(with_family)) / counts
+    return with_family, instability
 
 
 @dataset_scorer(
@@ -254,6 +275,8 @@ class Neighbourhood:
                 key = _key(block)
                 out[f"{key}@hidden"] = block.hidden[:, keep]
                 out[f"{key}@ids"] = np.array([block.example_ids[i] for i in keep], dtype=str)
+                if block.family_grid is not None:
+                    out[f"{key}@families"] = block.family_grid[keep].astype(str)
         return out
 
     def finish(self, partials: Sequence[Mapping[str, np.ndarray]], context: UnitContext) -> ScoredRows:
@@ -261,19 +284,30 @@ class Neighbourhood:
         groups = _grouped(partials)
         for key, fields in sorted(groups.items()):
             layout_text, pooling = key.rsplit("#", 1)
-            layout = layout_text.split("|")
             H = np.concatenate(fields["hidden"], axis=1)  # (L, E, V, d)
             ids = [str(x) for part in fields["ids"] for x in part]
+            if "families" in fields:  # a sampled design: each example's own drawn families
+                grid = np.concatenate(fields["families"], axis=0)
+            else:
+                grid = np.array([layout_text.split("|")] * len(ids))
             k = min(KNN_K, len(ids) - 2)  # with all E - 1 others as neighbours the overlap is always 1
             if k < 1:
                 continue
-            for family in sorted(set(layout) - {"canonical"}):
-                instability = knn_instability(H, layout, family, k)
-                rows.layers.append(LayerScores.grid(ids, pooling, "knn_instability", family, instability))
-                first = layout.index(family)
+            for family in sorted(set(grid.ravel()) - {"canonical"}):
+                examples, instability = knn_instability(H, grid, family, k)
+                mine = [ids[e] for e in examples]
+                rows.layers.append(LayerScores.grid(mine, pooling, "knn_instability", family, instability))
+                first = (grid[examples] == family).argmax(axis=1)  # (E_f,) each one's first family-f column
+                if len(examples) < 2:
+                    continue
                 rows.datasets += [
                     DatasetScore(
-                        AXIS, "cka", family, layer, pooling, linear_cka(H[layer, :, 0], H[layer, :, first])
+                        AXIS,
+                        "cka",
+                        family,
+                        layer,
+                        pooling,
+                        linear_cka(H[layer, examples, 0], H[layer, examples, first]),
                     )
                     for layer in range(H.shape[0])
                 ]

@@ -18,7 +18,7 @@ import numpy as np
 from sago_fast.axes.catalogue import DATASET, ITEM, JS_RANGE, OPTIONS, UNIT, MetricSpec, ReplicateNoise
 from sago_fast.axes.items import ExampleView, item_scorer
 from sago_fast.axes.levels import ChunkView, Partial, UnitContext, dataset_scorer
-from sago_fast.axes.scored import DatasetScore, ExampleOutputs, ItemScore, ScoredRows
+from sago_fast.axes.scored import DatasetScore, ExampleOutputs, ItemScore, ScoredRows, weighted_mean
 from sago_fast.kernels import pairwise
 
 AXIS = "confidence"
@@ -49,22 +49,41 @@ def confidence_scores(
         if mask.sum() < 2:
             continue
         gold = p_gold[mask]
+        weights = ex.pair_weights(mask)
         out += [
-            ItemScore(ex.example_id, AXIS, "p_gold_sd", family, float(gold.std())),
+            ItemScore(ex.example_id, AXIS, "p_gold_sd", family, _population_sd(gold, weights, ex, mask)),
             ItemScore(ex.example_id, AXIS, "p_gold_range", family, float(gold.max() - gold.min())),
         ]
         if margins is not None:
             probs = ex.option_probs[mask]
             signs = np.sign(margins[mask])
             i, j = np.triu_indices(int(mask.sum()), 1)
+            js = weighted_mean(pairwise(probs, "js"), weights)
             out += [
-                ItemScore(ex.example_id, AXIS, "option_js", family, float(pairwise(probs, "js").mean())),
-                ItemScore(ex.example_id, AXIS, "margin_flip", family, float(np.mean(signs[i] != signs[j]))),
+                ItemScore(ex.example_id, AXIS, "option_js", family, js),
+                ItemScore(
+                    ex.example_id, AXIS, "margin_flip", family, weighted_mean(signs[i] != signs[j], weights)
+                ),
             ]
         if next_token_probs is not None:
-            js = pairwise(next_token_probs[mask], "js", check=False)
-            out.append(ItemScore(ex.example_id, AXIS, "next_token_js", family, float(js.mean())))
+            js = weighted_mean(pairwise(next_token_probs[mask], "js", check=False), weights)
+            out.append(ItemScore(ex.example_id, AXIS, "next_token_js", family, js))
     return out
+
+
+def _population_sd(
+    values: np.ndarray, weights: np.ndarray | None, ex: ExampleOutputs, mask: np.ndarray
+) -> float:
+    """The population SD of ``values`` over the variants the full design renders: the plain SD under the
+    full design; under a sampled one, from the pair-weighted mean of (x_u - x_v)^2 / 2 (the variance with
+    n - 1, unbiased over the draw) scaled by (N - 1) / N, N = the full design's variant count (the sum of
+    1 / inclusion). The square root makes it nearly, not exactly, unbiased."""
+    if weights is None:
+        return float(values.std())
+    i, j = np.triu_indices(len(values), 1)
+    n_full = float(np.sum(1.0 / ex.inclusion[mask]))  # type: ignore[index]
+    half_squares = weighted_mean((values[i] - values[j]) ** 2 / 2.0, weights)
+    return float(np.sqrt(half_squares * (n_full - 1.0) / n_full))
 
 
 @item_scorer(

@@ -18,21 +18,22 @@ import numpy as np
 
 from sago_fast.axes.catalogue import ITEM, UNIT, MetricSpec
 from sago_fast.axes.items import ExampleView, item_scorer
-from sago_fast.axes.scored import ExampleOutputs, ItemScore
+from sago_fast.axes.scored import ExampleOutputs, ItemScore, weighted_mean
 from sago_fast.kernels.agreement import pairwise_agreement
 
 AXIS = "generation"
 
 
-def _pair_mean(values: np.ndarray, same: bool) -> float:
-    """Mean over unordered pairs of [v_u == v_v] (same=True) or |v_u - v_v| (same=False)."""
+def _pair_mean(values: np.ndarray, same: bool, weights: np.ndarray | None = None) -> float:
+    """Mean over unordered pairs of [v_u == v_v] (same=True) or |v_u - v_v| (same=False), each pair
+    weighted by ``weights`` (P,) (None: equally)."""
     n = len(values)
     if n < 2:
         return float("nan")
     i, j = np.triu_indices(n, 1)
     if same:
-        return float(np.mean(values[i] == values[j]))
-    return float(np.mean(np.abs(values[i].astype(float) - values[j].astype(float))))
+        return weighted_mean(values[i] == values[j], weights)
+    return weighted_mean(np.abs(values[i].astype(float) - values[j].astype(float)), weights)
 
 
 def generation_scores(ex: ExampleOutputs, families: list[str | None]) -> list[ItemScore]:
@@ -42,14 +43,16 @@ def generation_scores(ex: ExampleOutputs, families: list[str | None]) -> list[It
         if mask.sum() < 2:
             continue
         answers, correct = ex.answer[mask], ex.correct[mask]
+        pairs, each = ex.pair_weights(mask), ex.variant_weights(mask)
         canonical_answer = ex.answer[0]
         rest = answers[1:]  # canonical is variant 0 and always in the mask
+        flips = weighted_mean(rest != canonical_answer, None if each is None else each[1:])
         out += [
             ItemScore(
-                ex.example_id, AXIS, "answer_disagreement", family, 1.0 - _pair_mean(answers, same=True)
+                ex.example_id, AXIS, "answer_disagreement", family, 1.0 - _pair_mean(answers, True, pairs)
             ),
-            ItemScore(ex.example_id, AXIS, "correctness_flip", family, _pair_mean(correct, same=False)),
-            ItemScore(ex.example_id, AXIS, "flip_rate", family, float(np.mean(rest != canonical_answer))),
+            ItemScore(ex.example_id, AXIS, "correctness_flip", family, _pair_mean(correct, False, pairs)),
+            ItemScore(ex.example_id, AXIS, "flip_rate", family, flips),
             ItemScore(ex.example_id, AXIS, "worst_case", family, float(correct.min())),
         ]
     return out
@@ -65,7 +68,8 @@ def text_agreement_scores(
         if len(rows) < 2:
             continue
         f1 = pairwise_agreement([texts[r] for r in rows], "token_f1")
-        out.append(ItemScore(ex.example_id, AXIS, "token_f1_disagreement", family, 1.0 - float(f1.mean())))
+        agreement = weighted_mean(f1, ex.pair_weights(ex.family_mask(family)))
+        out.append(ItemScore(ex.example_id, AXIS, "token_f1_disagreement", family, 1.0 - agreement))
     return out
 
 

@@ -26,11 +26,21 @@ from typing import Any, Protocol
 import numpy as np
 
 from sago_fast.axes.catalogue import MetricSpec, declare
-from sago_fast.axes.scored import ExampleOutputs, ScoredRows, family_members
+from sago_fast.axes.scored import ExampleOutputs, ScoredRows, family_members, pair_inclusion
 from sago_fast.registry import Registry
+from sago_fast.types import Variant
 
 Partial = dict[str, np.ndarray]  # what one dataset scorer keeps of one chunk
 MIN_LAYOUT_EXAMPLES = 3  # activation metrics need other examples to compare with
+
+
+DRAWN = "drawn"  # a layout column holding each example's own drawn family (a sampled design)
+
+
+def variant_layout(variants: Sequence[Variant]) -> tuple[str, ...]:
+    """One example's variant layout (canonical first): each variant's family, or ``drawn`` where a sampled
+    design drew it (inclusion below 1), so that examples with different drawn families share a layout."""
+    return tuple(v.family if v.inclusion >= 1.0 else DRAWN for v in variants)
 
 
 def layout_key(layout: Sequence[str]) -> str:
@@ -57,10 +67,13 @@ class UnitContext:
 class ActivationBlock:
     """The pooled hidden states of a chunk's examples that share one variant layout.
 
-    layout: (V,) families, canonical first; preserving: (V,) bool meaning-preserving flags;
+    layout: (V,) families, canonical first (:func:`variant_layout`: ``drawn`` for a sampled design's drawn
+    family, which differs by example); preserving: (V,) bool meaning-preserving flags;
     families: the families scored (None = every meaning-preserving variant, then each family);
     example_ids: (E,); pooling: ``last`` or ``mean``; hidden: (n_layers + 1, E, V, d) float32;
-    replicate: (n_layers + 1, E, d), the canonical variants re-run alone (the replicate pass)."""
+    replicate: (n_layers + 1, E, d), the canonical variants re-run alone (the replicate pass);
+    family_grid: (E, V) each example's families where the layout has ``drawn`` columns (None: the layout);
+    inclusion: (E, V) the cells' inclusion probabilities (None: all 1, the full design)."""
 
     layout: tuple[str, ...]
     preserving: np.ndarray
@@ -69,6 +82,8 @@ class ActivationBlock:
     pooling: str
     hidden: np.ndarray
     replicate: np.ndarray
+    family_grid: np.ndarray | None = None
+    inclusion: np.ndarray | None = None
 
     @cached_property
     def pair_distances(self) -> np.ndarray:
@@ -78,8 +93,25 @@ class ActivationBlock:
         return pairwise_layers(self.hidden, "cosine", check=False)
 
     def members(self, family: str | None) -> np.ndarray:
-        """(V,) bool: canonical + the family's variants (None: every meaning-preserving variant)."""
-        return family_members(self.layout, self.preserving, family)
+        """(E, V) bool: each example's canonical + the family's variants (None: every meaning-preserving
+        variant)."""
+        if self.family_grid is None:
+            row = family_members(self.layout, self.preserving, family)
+            return np.broadcast_to(row, (len(self.example_ids), len(row)))
+        return np.stack([family_members(row, self.preserving, family) for row in self.family_grid])
+
+    def pair_weights(self, family: str | None) -> np.ndarray:
+        """(E, P) weight of each pair of each example's variants (upper-triangle order) in a mean over the
+        family's pairs: 0 outside them, 1 / the pair's inclusion probability inside (1 under the full
+        design)."""
+        members = self.members(family)
+        i, j = np.triu_indices(members.shape[1], 1)
+        inside = (members[:, i] & members[:, j]).astype(np.float64)
+        if self.inclusion is None:
+            return inside
+        names = self.family_grid if self.family_grid is not None else np.array([self.layout] * len(inside))
+        joint = np.stack([pair_inclusion(n, p) for n, p in zip(names, self.inclusion, strict=True)])
+        return inside / joint
 
 
 @dataclass(frozen=True)

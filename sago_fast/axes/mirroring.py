@@ -20,7 +20,7 @@ import numpy as np
 
 from sago_fast.axes.catalogue import ITEM, OPTIONS, UNIT, MetricSpec
 from sago_fast.axes.items import ExampleView, item_scorer
-from sago_fast.axes.scored import ExampleOutputs, ItemScore
+from sago_fast.axes.scored import ExampleOutputs, ItemScore, weighted_mean
 from sago_fast.kernels.agreement import answer_key
 
 AXIS = "mirroring"
@@ -77,7 +77,8 @@ def prompt_echo_scores(
     out: list[ItemScore] = []
     for family in families:
         mask = ex.family_mask(family)
-        out.append(ItemScore(ex.example_id, AXIS, "prompt_echo", family, float(echo[mask].mean())))
+        share = weighted_mean(echo[mask], ex.variant_weights(mask))
+        out.append(ItemScore(ex.example_id, AXIS, "prompt_echo", family, share))
     return out
 
 

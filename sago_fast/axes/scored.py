@@ -15,7 +15,12 @@ class ExampleOutputs:
     answer: (V,) chosen option (original index); correct: (V,) bool; option_probs: (V, K) content-aligned;
     families: (V,) family names ("canonical" first); meaning_preserving: (V,) bool; option_order: (V, K)
     displayed order (option_order[v, j] = original index shown at position j); hint_index: (V,) original
-    index named by a wrong hint, -1 when none; gold: gold option index.
+    index named by a wrong hint, -1 when none; gold: gold option index; inclusion: (V,) the probability
+    that the design rendered each variant's cell (None: the full design, every probability 1).
+
+    Under a sampled design the variants of a score over several families are weighted by the inverse of
+    their (pair's) inclusion probability (:meth:`variant_weights`, :meth:`pair_weights`), so an example's
+    score is unbiased for the one the full design gives it; under the full design every weight is 1.
     """
 
     example_id: str
@@ -27,14 +32,54 @@ class ExampleOutputs:
     meaning_preserving: np.ndarray
     option_order: np.ndarray
     hint_index: np.ndarray
+    inclusion: np.ndarray | None = None
 
     @property
     def n_options(self) -> int:
         return int(self.option_probs.shape[1])
 
+    def variant_weights(self, mask: np.ndarray) -> np.ndarray | None:
+        """(mask.sum(),) 1 / inclusion of the masked variants, or None when all are 1 (plain means)."""
+        if self.inclusion is None or (self.inclusion[mask] >= 1.0).all():
+            return None
+        return 1.0 / self.inclusion[mask]
+
+    def pair_weights(self, mask: np.ndarray) -> np.ndarray | None:
+        """(P,) 1 / inclusion of each pair of the masked variants (upper-triangle order), or None when all
+        are 1 (plain means)."""
+        if self.inclusion is None or (self.inclusion[mask] >= 1.0).all():
+            return None
+        return 1.0 / pair_inclusion(np.asarray(self.families)[mask], self.inclusion[mask])
+
     def family_mask(self, family: str | None) -> np.ndarray:
         """Canonical + the family's variants (family None: every meaning-preserving variant)."""
         return family_members(self.families, self.meaning_preserving, family)
+
+
+def weighted_mean(values: np.ndarray, weights: np.ndarray | None) -> float:
+    """The mean of ``values``, weighted by ``weights`` (None: the plain mean, as the full design has it)."""
+    if weights is None:
+        return float(np.mean(values))
+    return float(np.average(values, weights=weights))
+
+
+def pair_inclusion(families: Sequence[str], inclusion: np.ndarray) -> np.ndarray:
+    """(V,) families and inclusion probabilities of one example's rendered variants -> (V*(V-1)/2,) the
+    probability that each pair of them (upper-triangle order, as ``scipy.spatial.distance.pdist``) is
+    rendered: 1 for canonical with itself, the family's own probability for two variants of one family or
+    one with the canonical (or an undrawn family), and for two different drawn families
+    pi_f (m - 1) / (K - 1), with m the example's drawn families and K = m / pi_f its applicable ones."""
+    names = np.asarray(families)
+    p = np.asarray(inclusion, dtype=np.float64)
+    i, j = np.triu_indices(len(names), 1)
+    joint = np.minimum(p[i], p[j])
+    drawn = p < 1.0
+    cross = drawn[i] & drawn[j] & (names[i] != names[j])
+    if cross.any():
+        m = len(set(names[drawn]))
+        k = m / float(p[drawn][0])
+        joint = np.where(cross, p[i] * (m - 1) / (k - 1), joint)
+    return joint
 
 
 def family_members(families: Sequence[str], preserving: np.ndarray, family: str | None) -> np.ndarray:

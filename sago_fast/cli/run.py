@@ -115,7 +115,9 @@ def _print_result(result: RunResult, run_config: RunConfig) -> None:
         columns, rows = summary_rows(store, result.run_id)
         reads = RunReads(store, result.run_id)
         sequential, separations = reads.sequential_units(), reads.separations()
+        designs = reads.designs()
     typer.echo(render_table(columns, rows))
+    say_design(designs)
     if sequential.rows:
         typer.echo("\nsequential units (why each stopped; see confidence_sequences):")
         typer.echo(render_table(sequential.columns, sequential.rows))
@@ -123,6 +125,15 @@ def _print_result(result: RunResult, run_config: RunConfig) -> None:
         typer.echo("\ncomparisons of neighbouring models (b - a; see comparison_sequences):")
         typer.echo(render_table(separations.columns, separations.rows))
     typer.echo(f"\n{result.describe()} -> {Path(result.db_path).resolve()}")
+
+
+def say_design(designs: list[str]) -> None:
+    """One line naming a sampled design (a full design says nothing: it is what every figure always was)."""
+    if designs and designs != ["full"]:
+        typer.echo(
+            f"design: {', '.join(designs)} (every item's canonical rendering and m of its meaning-preserving "
+            "families; every figure estimates what the full design gives on the same items)"
+        )
 
 
 run_command = run_command_for(RunConfig)

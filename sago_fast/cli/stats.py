@@ -56,10 +56,20 @@ def stats_command(
     result = run_stats(db, run_id, config)
     written = ", ".join(f"{table} {n}" for table, n in result.rows.items())
     typer.echo(f"statistics of run {result.run_id}: {written} rows -> {db}")
+    _print_design(db, result.run_id)
     _print_still_running(db, result.run_id)
     _print_prompts_cut(db, result.run_id)
     _print_sequential(db, result.run_id)
     _print_changes(db, result.run_id, alpha)
+
+
+def _print_design(db: Path, run_id: str) -> None:
+    from sago_fast.cli.run import say_design
+    from sago_fast.store import Store
+    from sago_fast.store.reads import RunReads
+
+    with Store(db, read_only=True) as store:
+        say_design(RunReads(store, run_id).designs())
 
 
 def _print_still_running(db: Path, run_id: str) -> None:

@@ -29,6 +29,19 @@ def cosine_matrix(X: np.ndarray) -> np.ndarray:
     return np.clip(dist, 0.0, 2.0)
 
 
+def cosine_between(X: np.ndarray, C: np.ndarray) -> np.ndarray:
+    """(n, d) and (m, d) -> (n, m) cosine distances between every row of X and every row of C, with the
+    zero-vector convention of :func:`cosine_matrix` (0 between zero rows, 1 between a zero and a non-zero)."""
+    gram = (X @ C.T).astype(np.float64)
+    nx = np.linalg.norm(X.astype(np.float64), axis=1)
+    nc = np.linalg.norm(C.astype(np.float64), axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        dist = 1.0 - gram / (nx[:, None] * nc[None, :])
+    zx, zc = (nx == 0.0)[:, None], (nc == 0.0)[None, :]
+    dist = np.where(zx ^ zc, 1.0, np.where(zx & zc, 0.0, dist))
+    return np.clip(dist, 0.0, 2.0)
+
+
 def kl_matrix(P: np.ndarray) -> np.ndarray:
     """(..., n, V) distributions -> (..., n, n) with [i, j] = KL(P_i || P_j), as two matrix products.
 

@@ -51,6 +51,8 @@ def load_report_data(store: Store, run_id: str | None, n_unstable: int = 10) -> 
         return data
     reads = RunReads(store, run_id)
     data.run_info = reads.run_info() or {}
+    if data.run_info:
+        data.run_info["designs"] = ", ".join(reads.designs()) or "full"
     data.headline = reads.headline()
     data.tests = reads.tests()
     data.layers = reads.layers()

@@ -18,6 +18,7 @@ from sago_fast.runtime.decode import GenerationSettings
 from sago_fast.runtime.session import DEVICES
 from sago_fast.units.sequential import SequentialSettings
 from sago_fast.units.stream_settings import StreamSettings
+from sago_fast.variants.design import CellDesign
 
 
 def option(default: Any, *flags: str, help: str) -> Any:
@@ -56,6 +57,17 @@ class RunConfig:
         "--variants-per-family",
         "-k",
         help=f"Variants per family (default {defaults.VARIANTS_PER_FAMILY}).",
+    )
+    design: str = option(
+        defaults.DESIGN,
+        "--design",
+        help="Which item × family cells to render: full (every applicable family of every item) or sampled "
+        f"(m of each item's meaning-preserving families, --families-per-item); default {defaults.DESIGN}.",
+    )
+    families_per_item: int | None = option(
+        None,
+        "--families-per-item",
+        help="--design sampled: meaning-preserving families drawn per item (balanced, seeded by the item).",
     )
     limit: int | None = option(None, "--limit", help="First N examples of each dataset.")
     device: str = option(
@@ -202,6 +214,7 @@ class RunConfig:
                 f"--num-fewshot (num_fewshot) must be a non-negative integer, not {self.num_fewshot!r}"
             )
         FieldMap.parse(list(self.fields))  # an unknown field name is one line
+        self.cell_design  # noqa: B018  (validates the design and m)
         self.stream_settings  # noqa: B018  (validates the memory budgets)
         self.sequential  # noqa: B018  (validates precision and budget)
         if self.until_separated and (self.executor != "local" or self.shard is not None):
@@ -211,6 +224,10 @@ class RunConfig:
             )
         if self.fewshot_from is not None and self.num_fewshot == 0:
             raise InputError("--fewshot-from needs --num-fewshot N (how many demonstrations per prompt)")
+
+    @property
+    def cell_design(self) -> CellDesign:
+        return CellDesign(self.design, self.families_per_item)
 
     @property
     def stream_settings(self) -> StreamSettings:

@@ -369,6 +369,7 @@ def _finish(
     rows = build.finish_rows(
         run_id, unit.unit_id, unit.shard, data, end, finish_unit(end.context, partials), chunks
     )
+    rows["units"] |= {"design": [unit.design.name], "families_per_item": [unit.design.families_per_item]}
     _write(sink, where, partial(sink.write, run_id, unit.unit_id, rows))
     return UnitResult(
         end.model.model_id,

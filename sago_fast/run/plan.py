@@ -23,6 +23,7 @@ from sago_fast.errors import CheckpointError, InputError, SagoError
 from sago_fast.run.config import RunConfig
 from sago_fast.types import Variant
 from sago_fast.variants import VariantConfig, generate_variants
+from sago_fast.variants.design import CellDesign, draw_cells, most_preserving_families
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +36,7 @@ class Unit:
     dataset_id: str
     shard: int = 0
     aliases: tuple[Checkpoint, ...] = ()  # every named checkpoint with this content (``checkpoint`` first)
+    design: CellDesign = CellDesign()  # which item × family cells it renders
 
     @property
     def model_id(self) -> str:
@@ -116,10 +118,12 @@ def plan_run(config: RunConfig) -> Plan:
         chat=config.chat_template == "auto",
     )
     variant_config.family_names()  # unknown families fail here
-    variants = {
-        d.dataset_id: generate_variants(d.examples, variant_config, config.fewshot_from or d.name)
-        for d in datasets
-    }
+    design = config.cell_design
+    variants = {}
+    for d in datasets:
+        rendered = generate_variants(d.examples, variant_config, config.fewshot_from or d.name)
+        design.check_families(most_preserving_families(rendered), f"any item of {d.name}")
+        variants[d.dataset_id] = draw_cells(rendered, design, config.seed)
     groups: dict[str, list[Checkpoint]] = {}
     resolved, skipped = _resolve_all(model_entries(config.models), config.base)
     for checkpoint in resolved:  # same content twice: evaluated once, recorded under every name
@@ -137,7 +141,9 @@ def plan_run(config: RunConfig) -> Plan:
         checkpoint = same[0]
         for data in datasets:
             unit_id = _digest([settings, checkpoint.content_hash, data.dataset_id, 0])
-            units.append(Unit(unit_id, len(units), checkpoint, data.dataset_id, aliases=tuple(same)))
+            units.append(
+                Unit(unit_id, len(units), checkpoint, data.dataset_id, aliases=tuple(same), design=design)
+            )
     run_id = "run-" + _digest([settings, sorted(u.unit_id for u in units)])
     return Plan(run_id, {d.dataset_id: d for d in datasets}, variants, tuple(units), tuple(skipped))
 

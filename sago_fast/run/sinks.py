@@ -23,11 +23,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+from sago_fast.errors import InputError
 from sago_fast.run.claims import Claim, ClaimingSink, Claims, ClaimSettings, PlannedUnit
 from sago_fast.store import Store
 from sago_fast.store.shared import SharedFile
 from sago_fast.store.store import ChunksDone
 from sago_fast.units.rows import TableRows
+from sago_fast.variants.design import CellDesign
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +64,29 @@ class Sink(ClaimingSink, Protocol):
     def close(self) -> None: ...
 
 
+def design_of(config_json: str | None) -> CellDesign:
+    """The cell design a ``runs.config_json`` asked for (runs before designs existed: full)."""
+    config = json.loads(config_json or "{}")
+    return CellDesign(config.get("design", "full"), config.get("families_per_item"))
+
+
+def check_same_design(store: Store, run_row: dict[str, list[Any]]) -> None:
+    """InputError, before anything is written, when the results file holds this run (the same settings and
+    units) under another cell design: resuming it would mix its cells."""
+    run_id = run_row["run_id"][0]
+    _, rows = store.query("SELECT config_json FROM runs WHERE run_id = $run", {"run": run_id})
+    if not rows:
+        return
+    before, now = design_of(rows[0][0]), design_of(run_row["config_json"][0])
+    if before != now:
+        raise InputError(
+            f"{store.path}: run {run_id} is in this file under design {before.label}; resuming it with "
+            f"{now.label} would mix its cells: run it with --design {before.name}"
+            + (f" --families-per-item {before.families_per_item}" if before.sampled else "")
+            + ", or write to another --db"
+        )
+
+
 class DuckDBSink:
     """The results database, shared with other processes (:mod:`sago_fast.store.shared`): each step opens
     the file, does its work in one transaction and closes it, so readers and other runs get in between.
@@ -80,6 +105,7 @@ class DuckDBSink:
         run_id = run_row["run_id"][0]
         self.claims = Claims(self.file, run_id, settings=settings)
         with self.file.step() as store, store.transaction():
+            check_same_design(store, run_row)
             store.mark_dead_runs(settings.stale_after_s)
             store.insert("runs", run_row, key=("run_id",))
             store.claim_run(run_id)

@@ -213,7 +213,9 @@ def two_point_inference(d: np.ndarray, confidence: float) -> MeanInference | Non
         tails = stats.binom.cdf(k, n, null_share), stats.binom.sf(k - 1, n, null_share)
         p = float(min(1.0, 2.0 * min(tails)))
     mean = lo + (hi - lo) * k / n
-    return MeanInference(mean, lo + (hi - lo) * float(ci.low), lo + (hi - lo) * float(ci.high), p, "exact two-point")
+    return MeanInference(
+        mean, lo + (hi - lo) * float(ci.low), lo + (hi - lo) * float(ci.high), p, "exact two-point"
+    )
 
 
 def paired_sign_flip(a: np.ndarray, b: np.ndarray, config: StatsConfig, *, stream: int = 0) -> MeanInference:

@@ -544,4 +544,20 @@ MIGRATIONS: tuple[Migration, ...] = (
         CREATE VIEW dataset_names AS SELECT dataset_id, any_value(name) AS dataset FROM datasets GROUP BY 1;
         """,
     ),
+    Migration(
+        19,
+        "sampled designs: each unit's design and m, and the drawn cells' inclusion probabilities",
+        """
+        ALTER TABLE units ADD COLUMN design VARCHAR;
+        ALTER TABLE units ADD COLUMN families_per_item INTEGER;
+        CREATE TABLE design_cells (
+            run_id VARCHAR NOT NULL,
+            model_id VARCHAR NOT NULL,
+            dataset_id VARCHAR NOT NULL,
+            example_id VARCHAR NOT NULL,
+            family VARCHAR NOT NULL,
+            inclusion DOUBLE NOT NULL
+        );
+        """,
+    ),
 )

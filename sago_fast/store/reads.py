@@ -60,6 +60,15 @@ class RunReads:
             """)
         return rows[0] if rows else None
 
+    def designs(self) -> list[str]:
+        """How the run's finished units chose their cells: ``full`` or ``sampled m=3`` (units written before
+        designs existed: full), one entry per distinct design."""
+        rows = self._rows("""
+                SELECT DISTINCT coalesce(design, 'full') AS design, families_per_item AS m
+                FROM units WHERE run_id = $run ORDER BY 1, 2
+            """)
+        return [r["design"] if r["m"] is None else f"{r['design']} m={r['m']}" for r in rows]
+
     def model_names(self) -> dict[str, str]:
         return {r["model_id"]: r["model"] for r in self._rows("SELECT model_id, model FROM model_names")}
 

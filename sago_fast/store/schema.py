@@ -21,4 +21,5 @@ RESULT_TABLES = (
     "layer_scores",
     "dataset_scores",
     "unit_estimators",
+    "design_cells",
 )

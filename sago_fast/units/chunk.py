@@ -29,11 +29,13 @@ from sago_fast.axes import DATASET_SCORERS, LAYER_SCORERS, ExampleView, scorers_
 from sago_fast.axes.activation import KNN_K, NEIGHBOUR_BLOCK, POOLINGS
 from sago_fast.axes.catalogue import check_metrics, check_written, metric
 from sago_fast.axes.levels import (
+    DRAWN,
     MIN_LAYOUT_EXAMPLES,
     ActivationBlock,
     ChunkView,
     Partial,
     UnitContext,
+    variant_layout,
 )
 from sago_fast.axes.scored import ExampleOutputs, ItemScore, LayerScores, ScoredRows
 from sago_fast.types import Example, Variant
@@ -115,7 +117,7 @@ def unit_context(
     rows = examples_in_order(variants)
     layouts: dict[tuple[str, ...], int] = defaultdict(int)
     for example_rows in rows.values():
-        layouts[tuple(variants[r].family for r in example_rows)] += 1
+        layouts[variant_layout([variants[r] for r in example_rows])] += 1
     widest = max((len(r) for r in rows.values()), default=1)
     size = sample_size(example_activation_bytes(n_layers, d_model, widest), stream.sample_bytes)
     return UnitContext(
@@ -153,6 +155,7 @@ def example_outputs(
         "families": tuple(v.family for v in variants),
         "meaning_preserving": np.array([v.meaning_preserving for v in variants]),
         "hint_index": np.array([-1 if v.hint_index is None else v.hint_index for v in variants]),
+        "inclusion": np.array([v.inclusion for v in variants]),
     }
     if example.has_options:
         return ExampleOutputs(
@@ -205,24 +208,28 @@ def activation_blocks(
     layouts: dict[tuple[str, ...], list[int]] = defaultdict(list)  # layout -> example positions
     example_ids = list(rows_of)
     for position, example_id in enumerate(example_ids):
-        layouts[tuple(variants[r].family for r in rows_of[example_id])].append(position)
+        layouts[variant_layout([variants[r] for r in rows_of[example_id]])].append(position)
     first = {"last": answers.probe.hidden_last, "mean": answers.probe.hidden_mean}
     again = {"last": alone.probe.hidden_last, "mean": alone.probe.hidden_mean}
     blocks = []
     for layout, positions in layouts.items():
         grid = np.array([rows_of[example_ids[p]] for p in positions])  # (E, V) variant rows
         preserving = np.array([variants[r].meaning_preserving for r in grid[0]])
-        families = (None, *sorted(set(layout) - {"canonical"}))
+        names = np.array([[variants[r].family for r in row] for row in grid])  # (E, V)
+        inclusion = np.array([[variants[r].inclusion for r in row] for row in grid])  # (E, V)
+        sampled = DRAWN in layout
         for pooling in POOLINGS:
             blocks.append(
                 ActivationBlock(
                     layout=layout,
                     preserving=preserving,
-                    families=families,
+                    families=(None, *sorted(set(names.ravel()) - {"canonical"})),
                     example_ids=tuple(example_ids[p] for p in positions),
                     pooling=pooling,
                     hidden=first[pooling][:, grid],  # (L+1, E, V, d)
                     replicate=again[pooling][:, positions],  # (L+1, E, d)
+                    family_grid=names if sampled else None,
+                    inclusion=inclusion if sampled else None,
                 )
             )
     return blocks

@@ -81,7 +81,19 @@ def chunk_tables(dataset_id: str, chunk: Any) -> TableRows:
         "variants": variant_columns(dataset_id, chunk.variants),
         "outputs": record_columns(chunk.outputs),
         "mode_answers": record_columns(chunk.mode_answers),
+        "design_cells": design_cell_columns(chunk.variants),
         **scored_columns(chunk.scored),
+    }
+
+
+def design_cell_columns(variants: Sequence[Variant]) -> Columns:
+    """``design_cells`` rows: each drawn cell (example × family) of a sampled design and its inclusion
+    probability; none under the full design (every applicable cell, probability 1)."""
+    cells = {(v.example_id, v.family): v.inclusion for v in variants if v.inclusion < 1.0}
+    return {
+        "example_id": [e for e, _ in cells],
+        "family": [f for _, f in cells],
+        "inclusion": list(cells.values()),
     }
 
 

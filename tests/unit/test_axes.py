@@ -192,8 +192,10 @@ def test_activation_by_hand(chunks):
     # canonical distances: (0,1) 1 - 1/sqrt2, (0,2) 1, (1,2) 1 - 1/sqrt2
     between = (2 * (1 - 1 / math.sqrt(2)) + 1) / 3
     assert table[(0, "dispersion", "typo")] == pytest.approx(1 / between)
-    # k = E - 2 = 1 nearest other example: canonical 0->1, 1->0 (tie, lower index), 2->1; typo 0->2, 1->2, 2->1
-    assert [table[(e, "knn_instability", "typo")] for e in range(3)] == [1.0, 1.0, 0.0]
+    # k = E - 2 = 1 nearest canonical rendering of another example: to the canonicals 0->1, 1->0 (tie,
+    # lower index), 2->1; to the typos (0,1)->c2, (1,-1)->c0 (distance 1 - 1/sqrt2 against 1 + 1/sqrt2),
+    # (1,0)->c0
+    assert [table[(e, "knn_instability", "typo")] for e in range(3)] == [1.0, 0.0, 1.0]
     assert dataset[(0, "cka", "typo")] == pytest.approx(reference_cka(H[0, :, 0], H[0, :, 1]))
     assert dataset[(0, "between_example_distance", "canonical")] == pytest.approx(between)
 
@@ -246,7 +248,8 @@ def test_between_example_distance_from_sums_equals_scipy():
 
 
 def test_seeded_sample_is_uniform_size_and_independent_of_order():
-    from sago_fast.axes.activation import NEIGHBOUR_BLOCK, sample_size, seeded_sample
+    from sago_fast.axes.activation import NEIGHBOUR_BLOCK
+    from sago_fast.units.chunk import sample_size, seeded_sample
 
     ids = [f"x{i}" for i in range(1000)]
     assert seeded_sample(ids, 1000, 0) is None  # all fit: exact
