@@ -64,12 +64,24 @@ def stats_command(
 
 
 def _print_design(db: Path, run_id: str) -> None:
+    """The run's design, and how the next budget is best spent (design_advice)."""
+    from sago_fast.cli.query import render_table
     from sago_fast.cli.run import say_design
     from sago_fast.store import Store
     from sago_fast.store.reads import RunReads
 
     with Store(db, read_only=True) as store:
-        say_design(RunReads(store, run_id).designs())
+        reads = RunReads(store, run_id)
+        designs, advice = reads.designs(), reads.design_advice()
+    say_design(designs)
+    if advice.rows:
+        typer.echo(
+            "\nvariance between items and within them (between families), and the families per item m that "
+            "gives each headline metric the narrowest interval per token (--design sampled --families-per-item "
+            "m; cost_at_best_m: the tokens it needs for the full design's precision, as a share; see "
+            "design_advice):"
+        )
+        typer.echo(render_table(advice.columns, advice.rows))
 
 
 def _print_still_running(db: Path, run_id: str) -> None:

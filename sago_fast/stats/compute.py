@@ -38,6 +38,7 @@ from sago_fast.axes.catalogue import metric as catalogue_metric
 from sago_fast.stats.changes import checkpoint_changes, training_runs
 from sago_fast.stats.confidence_sequences import SEPARATION_TEST
 from sago_fast.stats.data import ACCURACY, AXES, Key, RunData
+from sago_fast.stats.design_advice import design_advice
 from sago_fast.stats.methods import (
     PAIRED_TEST,
     StatsConfig,
@@ -70,6 +71,7 @@ class StatsTables:
     rank_reversals: Columns = field(default_factory=lambda: defaultdict(list))
     axis_correlations: Columns = field(default_factory=lambda: defaultdict(list))
     checkpoint_changes: Columns = field(default_factory=lambda: defaultdict(list))
+    design_advice: Columns = field(default_factory=lambda: defaultdict(list))
 
     TABLES = (
         "model_scores",
@@ -79,6 +81,7 @@ class StatsTables:
         "rank_reversals",
         "axis_correlations",
         "checkpoint_changes",
+        "design_advice",
     )
 
 
@@ -103,6 +106,7 @@ def compute_stats(data: RunData, config: StatsConfig = StatsConfig()) -> StatsTa
     _reversals(data, config, tables)
     _correlations(data, config, tables.axis_correlations)
     tables.checkpoint_changes.update(_changes(data, config, tables.model_comparisons))
+    design_advice(data, _headline_metrics, tables.design_advice)
     return tables
 
 

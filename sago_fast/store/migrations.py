@@ -558,6 +558,26 @@ MIGRATIONS: tuple[Migration, ...] = (
             family VARCHAR NOT NULL,
             inclusion DOUBLE NOT NULL
         );
+        CREATE TABLE design_advice (
+            run_id VARCHAR NOT NULL,
+            model_id VARCHAR NOT NULL,
+            dataset_id VARCHAR NOT NULL,
+            axis VARCHAR,
+            metric VARCHAR,
+            n_items INTEGER,
+            families INTEGER,
+            families_scored DOUBLE,
+            between_item_variance DOUBLE,
+            within_item_variance DOUBLE,
+            best_m INTEGER,
+            cost_at_best DOUBLE
+        );
+        CREATE VIEW item_cells AS
+            SELECT o.run_id, o.model_id, o.dataset_id, o.example_id,
+                   count(DISTINCT v.family) FILTER (WHERE NOT v.is_canonical AND v.meaning_preserving) AS n_cells
+            FROM outputs o JOIN variants v ON v.dataset_id = o.dataset_id AND v.variant_id = o.variant_id
+            WHERE o.replicate = 0
+            GROUP BY ALL;
         """,
     ),
 )

@@ -69,6 +69,17 @@ class RunReads:
             """)
         return [r["design"] if r["m"] is None else f"{r['design']} m={r['m']}" for r in rows]
 
+    def design_advice(self) -> Table:
+        """Per model, dataset and headline metric: its variance components and the best m (design_advice)."""
+        return self._table("""
+                SELECT m.model, d.dataset, a.metric, a.n_items AS items,
+                       round(a.between_item_variance, 6) AS between_items,
+                       round(a.within_item_variance, 6) AS within_items,
+                       a.families, a.best_m, round(a.cost_at_best, 3) AS cost_at_best_m
+                FROM design_advice a JOIN model_names m USING (model_id) JOIN dataset_names d USING (dataset_id)
+                WHERE a.run_id = $run ORDER BY d.dataset, m.model, a.axis, a.metric
+            """)
+
     def model_names(self) -> dict[str, str]:
         return {r["model_id"]: r["model"] for r in self._rows("SELECT model_id, model FROM model_names")}
 

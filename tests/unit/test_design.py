@@ -238,3 +238,29 @@ def test_bad_designs_are_one_line(design, m, message):
 def test_more_families_than_an_item_has_is_refused():
     with pytest.raises(InputError, match="more than the 10 meaning-preserving families"):
         CellDesign("sampled", 11).check_families(design_module.most_preserving_families(rendered(3)), "x")
+
+
+def test_variance_components_and_the_best_m():
+    from sago_fast.stats.design_advice import best_families_per_item, variance_components
+
+    values = {
+        "a": {"f0": 0.1, "f1": 0.3, "f2": 0.5},
+        "b": {"f0": 0.6, "f1": 0.6, "f2": 0.9},
+        "c": {"f0": 0.2},
+    }
+    between, within, scored, n = variance_components(values)
+    assert n == 2 and scored == 3  # "c" has one family: no within-item variance, left out
+    assert between == pytest.approx(np.var([0.3, 0.7], ddof=1))
+    assert within == pytest.approx(
+        np.mean([np.var([0.1, 0.3, 0.5], ddof=1), np.var([0.6, 0.6, 0.9], ddof=1)])
+    )
+    # families that never differ: one family an item is enough; items that never differ: every family
+    assert best_families_per_item(0.04, 0.0, 10, 10, (3.0, 1.0)) == (1, pytest.approx(4 / 13))
+    assert best_families_per_item(0.0, 0.5, 10, 10, (3.0, 1.0))[0] == 10
+    # in between, the minimum of (sigma_b² + S_w² (1/m - 1/K)) (c0 + c1 m) over m, found by hand
+    products = {m: (0.01 + 0.2 * (1 / m - 1 / 10)) * (3 + 2 * m) for m in range(1, 11)}
+    best = min(products, key=products.get)
+    assert best_families_per_item(0.01 + 0.2 * (1 / 10 - 1 / 10), 0.2, 10, 10, (3.0, 2.0)) == (
+        best,
+        pytest.approx(products[best] / products[10]),
+    )
