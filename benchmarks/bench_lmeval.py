@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import statistics
 import subprocess
 import sys
@@ -39,11 +40,17 @@ from real_model import mmlu_sample, offline_workdir, smollm2_gguf, timed
 
 
 def sago_command(
-    folder: Path, data: Path, db: Path, cache: Path, families: tuple[str, ...] | None = None
+    folder: Path,
+    data: Path,
+    db: Path,
+    cache: Path,
+    families: tuple[str, ...] | None = None,
+    extra: tuple[str, ...] = (),
 ) -> list[str]:
+    """``sago run`` on the items at k = 1 (``extra``: more flags, e.g. a sampled design)."""
     command = [sys.executable, "-m", "sago_fast.cli.app", "run", "-m", str(folder), "-d", f"mmlu:{data}"]
     chosen = [part for family in families or () for part in ("-F", family)]
-    return [*command, *chosen, "-k", "1", "--no-stats", "--db", str(db), "--cache-dir", str(cache)]
+    return [*command, *chosen, "-k", "1", *extra, "--no-stats", "--db", str(db), "--cache-dir", str(cache)]
 
 
 def canonical_rows(db: Path) -> list[dict]:
@@ -388,12 +395,18 @@ def main() -> None:
         help="sago's families, comma-separated (default: every family; the canonical rendering always runs)",
     )
     parser.add_argument(
+        "--sago-args",
+        default="",
+        help="more `sago run` flags for the timed runs, e.g. '--design sampled --families-per-item 2'",
+    )
+    parser.add_argument(
         "--answering-only",
         action="store_true",
         help="only the in-process answering: tokens through the model, in-run against replayed tokens/s",
     )
     args = parser.parse_args()
     families = tuple(f.strip() for f in args.families.split(",") if f.strip()) if args.families else None
+    extra = tuple(shlex.split(args.sago_args))
     gguf = smollm2_gguf()
     from sago_fast.checkpoints.resolve import resolve_checkpoint
     from sago_fast.store import Store
@@ -415,13 +428,13 @@ def main() -> None:
     if warm.exists():
         warm.unlink()
     # once untimed: the export, content hashes and Numba's cache
-    timed(sago_command(folder, data, warm, cache, families), env)
+    timed(sago_command(folder, data, warm, cache, families, extra), env)
     rows = canonical_rows(warm)
     task_dir = write_task(work, rows)
     sago_s, lmeval_s = [], []
     for r in range(args.rounds):
         db = work / f"sago-{r}-{time.time_ns()}.duckdb"
-        sago_s.append(timed(sago_command(folder, data, db, cache, families), env))
+        sago_s.append(timed(sago_command(folder, data, db, cache, families, extra), env))
         out = work / f"lmeval-{r}-{time.time_ns()}"
         lmeval_s.append(timed(lmeval_command(folder, task_dir, out), env))
     theirs = lmeval_logliks(out)

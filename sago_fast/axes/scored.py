@@ -38,6 +38,22 @@ class ExampleOutputs:
     def n_options(self) -> int:
         return int(self.option_probs.shape[1])
 
+    def subset(self, rows: Sequence[int], inclusion: np.ndarray) -> ExampleOutputs:
+        """The outputs of variants ``rows`` alone (canonical first), with their cells' ``inclusion``
+        probabilities: what a sampled design that rendered only those variants would have."""
+        return ExampleOutputs(
+            self.example_id,
+            self.gold,
+            self.answer[rows],
+            self.correct[rows],
+            self.option_probs[rows],
+            tuple(self.families[i] for i in rows),
+            self.meaning_preserving[rows],
+            self.option_order[rows],
+            self.hint_index[rows],
+            np.asarray(inclusion, dtype=np.float64),
+        )
+
     def variant_weights(self, mask: np.ndarray) -> np.ndarray | None:
         """(mask.sum(),) 1 / inclusion of the masked variants, or None when all are 1 (plain means)."""
         if self.inclusion is None or (self.inclusion[mask] >= 1.0).all():

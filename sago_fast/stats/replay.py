@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -103,20 +103,9 @@ def item_values(ex: ExampleOutputs) -> dict[tuple[str, str | None], float]:
 
 def sampled_outputs(item: StoredItem, drawn: tuple[str, ...], probability: float) -> ExampleOutputs:
     """The item's outputs restricted to its canonical, its non-preserving and its ``drawn`` families."""
-    ex = item.outputs
     keep = kept_rows(item, drawn)
-    inclusion = np.array([probability if ex.families[i] in drawn else 1.0 for i in keep])
-    return replace(
-        ex,
-        answer=ex.answer[keep],
-        correct=ex.correct[keep],
-        option_probs=ex.option_probs[keep],
-        families=tuple(ex.families[i] for i in keep),
-        meaning_preserving=ex.meaning_preserving[keep],
-        option_order=ex.option_order[keep],
-        hint_index=ex.hint_index[keep],
-        inclusion=inclusion,
-    )
+    families = item.outputs.families
+    return item.outputs.subset(keep, np.array([probability if families[i] in drawn else 1.0 for i in keep]))
 
 
 def kept_rows(item: StoredItem, drawn: tuple[str, ...]) -> list[int]:

@@ -6,7 +6,6 @@ axes' own scorers; and the one-line refusals of bad designs."""
 from __future__ import annotations
 
 import itertools
-from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -131,18 +130,7 @@ def example_outputs(rng: np.random.Generator, families: tuple[str, ...], k: int)
 
 def subset(ex: ExampleOutputs, drawn: tuple[str, ...], probability: float) -> ExampleOutputs:
     rows = [i for i, f in enumerate(ex.families) if f == "canonical" or f in drawn]
-    inclusion = np.array([1.0 if ex.families[i] == "canonical" else probability for i in rows])
-    return replace(
-        ex,
-        answer=ex.answer[rows],
-        correct=ex.correct[rows],
-        option_probs=ex.option_probs[rows],
-        families=tuple(ex.families[i] for i in rows),
-        meaning_preserving=ex.meaning_preserving[rows],
-        option_order=ex.option_order[rows],
-        hint_index=ex.hint_index[rows],
-        inclusion=inclusion,
-    )
+    return ex.subset(rows, np.array([1.0 if ex.families[i] == "canonical" else probability for i in rows]))
 
 
 UNBIASED = ("answer_disagreement", "correctness_flip", "flip_rate", "option_js", "margin_flip")
