@@ -147,12 +147,23 @@ def full_figures(items: Sequence[StoredItem], config: StatsConfig) -> Assignment
     return model_figures([item_values(item.outputs) for item in items], config, tokens)
 
 
-def replay_assignment(items: Sequence[StoredItem], m: int, seed: int, config: StatsConfig) -> Assignment:
-    """One assignment of the sampled design with ``m`` families per item, drawn with ``seed``."""
+ItemCache = dict[tuple[str, tuple[str, ...]], dict[tuple[str, str | None], float]]
+
+
+def replay_assignment(
+    items: Sequence[StoredItem], m: int, seed: int, config: StatsConfig, cache: ItemCache | None = None
+) -> Assignment:
+    """One assignment of the sampled design with ``m`` families per item, drawn with ``seed``. ``cache``:
+    item scores by (example, drawn families), shared by the assignments of one replay (an item has at most
+    C(K, m) different draws)."""
     drawn = drawn_families({item.outputs.example_id: item.families for item in items}, m, seed)
+    cache = {} if cache is None else cache
     values, tokens = [], 0.0
     for item in items:
         families, probability = drawn[item.outputs.example_id]
-        values.append(item_values(sampled_outputs(item, families, probability)))
+        key = (item.outputs.example_id, families)
+        if key not in cache:
+            cache[key] = item_values(sampled_outputs(item, families, probability))
+        values.append(cache[key])
         tokens += float(item.tokens[kept_rows(item, families)].sum() + item.tokens[0])
     return model_figures(values, config, tokens)
