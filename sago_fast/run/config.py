@@ -236,7 +236,11 @@ class RunConfig:
     @property
     def sequential(self) -> SequentialSettings:
         return SequentialSettings(
-            self.precision, self.budget, seed=self.seed, until_separated=self.until_separated
+            self.precision,
+            self.budget,
+            seed=self.seed,
+            until_separated=self.until_separated,
+            cells_until_known=self.design == "sampled" and not self.until_separated,
         )
 
     @property

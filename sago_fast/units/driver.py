@@ -83,6 +83,8 @@ def drive_unit(job: UnitJob) -> Iterator[ChunkRecords | UnitEnd]:
     for offset, chunk_variants in enumerate(chunks):
         if stop is not None:
             break
+        if tracker is not None and tracker.stability_known:  # a sampled design spends no more cells
+            chunk_variants = [v for v in chunk_variants if v.is_canonical]
         start = time.perf_counter()
         chunk_examples = [examples[e] for e in dict.fromkeys(v.example_id for v in chunk_variants)]
         answers, alone = answer_chunk(model, chunk_examples, chunk_variants, settings)

@@ -43,13 +43,16 @@ class SequentialSettings:
     budget: at most this many examples per (model, dataset) (None: all); alpha: 1 - the sequences'
     coverage; seed: the visiting order's seed; until_separated: the units stop when their comparisons
     with the neighbouring models are settled instead (:mod:`sago_fast.units.separation`), ``precision``
-    then being the difference's half-width that settles a comparison."""
+    then being the difference's half-width that settles a comparison; cells_until_known: a sampled design's
+    unit renders its variant cells only while a followed stability metric is wider than ``precision``,
+    and only canonical renderings once every one is known (accuracy then sets the pace)."""
 
     precision: float | None = None
     budget: int | None = None
     alpha: float = 0.05
     seed: int = 0
     until_separated: bool = False
+    cells_until_known: bool = False
 
     def __post_init__(self) -> None:
         if self.precision is not None:
@@ -229,6 +232,17 @@ class SequentialTracker:
         if wanted is None or not self.metrics:
             return False
         return all(b.half_width <= wanted for b in self.bounds())
+
+    @property
+    def stability_known(self) -> bool:
+        """Under ``cells_until_known``: every followed metric but accuracy within the wanted precision, so
+        the next chunks need no variant cells. Decided on the chunks already seen, before the next is
+        drawn, so the sequences stay valid."""
+        wanted = self.settings.precision
+        if not self.settings.cells_until_known or wanted is None:
+            return False
+        stability = [b for b in self.bounds() if b.metric != ACCURACY]
+        return bool(stability) and all(b.half_width <= wanted for b in stability)
 
     def end_reason(self, n_available: int) -> str:
         """Why the unit ended when no stop rule stopped it: its budget, or its data, ran out."""

@@ -111,3 +111,39 @@ def test_bad_designs_exit_2_with_one_line_before_work(tmp_path, checkpoints, fla
     assert done.returncode == 2, done.stderr
     assert message in done.stderr and len(done.stderr.strip().splitlines()) == 1
     assert not db.exists()
+
+
+def test_a_sequential_sampled_unit_stops_spending_cells_once_stability_is_known(
+    tmp_path, checkpoints, cache_dir
+):
+    """--precision under a sampled design: every chunk after the one whose commit put every followed
+    stability metric within the precision renders canonical prompts only, until accuracy is known too."""
+    config = RunConfig(
+        models=(str(checkpoints["llama"]),),
+        datasets=("arithmetic",),
+        limit=600,
+        variants_per_family=1,
+        design="sampled",
+        families_per_item=2,
+        precision=0.1,
+        chunk_memory_mb=3,
+        cache_dir=cache_dir,
+        db=tmp_path / "r.duckdb",
+        stats=False,
+    )
+    run(config, progress=False)
+    with Store(config.db, read_only=True) as store:
+        _, chunks = store.query("SELECT chunk, n_examples, n_variants FROM unit_chunks ORDER BY chunk")
+        _, widths = store.query(
+            """SELECT chunk, max(half_width) FILTER (WHERE metric <> 'accuracy'),
+                      max(half_width) FILTER (WHERE metric = 'accuracy')
+               FROM confidence_sequences GROUP BY chunk ORDER BY chunk"""
+        )
+    known = next(chunk for chunk, stability, _ in widths if stability <= 0.1)
+    assert known < len(chunks) - 1, "stability was known before the unit stopped"
+    for chunk, n_examples, n_variants in chunks:
+        if chunk <= known:
+            assert n_variants == n_examples * (1 + 2 + 1)  # canonical, 2 drawn families, the wrong hint
+        else:
+            assert n_variants == n_examples  # canonical renderings alone
+    assert widths[-1][2] <= 0.1  # accuracy set the pace and stopped the unit
