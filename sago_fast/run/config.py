@@ -67,7 +67,8 @@ class RunConfig:
     families_per_item: int | None = option(
         None,
         "--families-per-item",
-        help="--design sampled: meaning-preserving families drawn per item (balanced, seeded by the item).",
+        help="--design sampled: meaning-preserving families drawn per item (balanced, seeded by the item; "
+        f"default {defaults.FAMILIES_PER_ITEM}).",
     )
     limit: int | None = option(None, "--limit", help="First N examples of each dataset.")
     device: str = option(

@@ -32,6 +32,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from sago_fast import defaults
 from sago_fast.errors import InputError
 from sago_fast.types import Variant
 
@@ -42,7 +43,7 @@ CANONICAL = "canonical"
 @dataclass(frozen=True)
 class CellDesign:
     """name: ``full`` (every applicable family) or ``sampled``; families_per_item: m, the meaning-preserving
-    families each item gets under ``sampled`` (None under ``full``)."""
+    families each item gets under ``sampled`` (None: ``defaults.FAMILIES_PER_ITEM``; None under ``full``)."""
 
     name: str = "full"
     families_per_item: int | None = None
@@ -56,9 +57,8 @@ class CellDesign:
                 "renders every applicable family)"
             )
         if self.name == "sampled":
-            m = self.families_per_item
-            if m is None:
-                raise InputError("--design sampled needs --families-per-item m (families drawn per item)")
+            m = defaults.FAMILIES_PER_ITEM if self.families_per_item is None else self.families_per_item
+            object.__setattr__(self, "families_per_item", m)
             if m < 1:
                 raise InputError(f"--families-per-item must be at least 1, not {m}")
 

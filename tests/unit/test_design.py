@@ -214,13 +214,18 @@ def test_pair_inclusion_of_a_sampled_item():
     [
         ("halves", None, "--design must be one of full, sampled"),
         ("sampled", 0, "--families-per-item must be at least 1"),
-        ("sampled", None, "--design sampled needs --families-per-item"),
         ("full", 2, "--families-per-item 2 needs --design sampled"),
     ],
 )
 def test_bad_designs_are_one_line(design, m, message):
     with pytest.raises(InputError, match=message):
         CellDesign(design, m)
+
+
+def test_sampled_without_m_takes_the_default():
+    from sago_fast import defaults
+
+    assert CellDesign("sampled").families_per_item == defaults.FAMILIES_PER_ITEM
 
 
 def test_more_families_than_an_item_has_is_refused():
