@@ -114,12 +114,16 @@ def load_run(store: Store, run_id: str) -> RunData:
 
 
 def _variant_counts(reads: RunReads, data: RunData) -> None:
-    """How many variants each example's item scores are computed over, per family (``n_variants``)."""
+    """How many variants each example's item scores are computed over, per family (``n_variants``); for
+    family None, as many as the full design renders (a sampled design's drawn cells count 1 / inclusion
+    times: its scores estimate the full design's)."""
+    full: dict[tuple[str, str, str | None], float] = {}
     for row in reads.variant_counts():
         dataset, example, family = row["dataset_id"], row["example_id"], row["family"]
         if row["preserving"]:
             key = (dataset, example, None)
-            data.n_variants[key] = data.n_variants.get(key, 0) + int(row["n"])
+            full[key] = full.get(key, 0.0) + int(row["n"]) / float(row["inclusion"])
+            data.n_variants[key] = round(full[key])
         if family != "canonical":
             data.n_variants[(dataset, example, family)] = int(row["n"]) + 1
 

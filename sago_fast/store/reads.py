@@ -185,12 +185,17 @@ class RunReads:
         )
 
     def variant_counts(self) -> list[Row]:
-        """dataset_id, example_id, family, preserving, n."""
+        """dataset_id, example_id, family, preserving, n (variants rendered), inclusion (the cell's inclusion
+        probability: below 1 for a sampled design's drawn family)."""
         return self._rows(
             """
-                SELECT o.dataset_id, o.example_id, v.family, bool_or(v.meaning_preserving) AS preserving, count(DISTINCT o.variant_id) AS n
+                SELECT o.dataset_id, o.example_id, v.family, bool_or(v.meaning_preserving) AS preserving,
+                       count(DISTINCT o.variant_id) AS n, coalesce(any_value(c.inclusion), 1.0) AS inclusion
                 FROM outputs o JOIN variants v ON v.dataset_id = o.dataset_id AND v.variant_id = o.variant_id
-                WHERE o.run_id = $run AND o.replicate = 0 GROUP BY ALL
+                LEFT JOIN (SELECT DISTINCT run_id, dataset_id, example_id, family, inclusion FROM design_cells) c
+                    ON c.run_id = o.run_id AND c.dataset_id = o.dataset_id AND c.example_id = o.example_id
+                    AND c.family = v.family
+                WHERE o.run_id = $run AND o.replicate = 0 GROUP BY o.dataset_id, o.example_id, v.family
             """
         )
 
