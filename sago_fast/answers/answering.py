@@ -124,12 +124,17 @@ def answer_all(
 
 
 def answer_chunk(
-    model: LanguageModel, examples: Sequence[Example], variants: Sequence[Variant], settings: AnswerSettings
-) -> tuple[UnitAnswers, UnitAnswers]:
+    model: LanguageModel,
+    examples: Sequence[Example],
+    variants: Sequence[Variant],
+    settings: AnswerSettings,
+    replicate: bool = True,
+) -> tuple[UnitAnswers, UnitAnswers | None]:
     """Both passes over one chunk's variants, the prompts rendered and tokenized once: every variant in
     planned batches, then the canonical variants again one prompt per call (the replicate pass: another
     batch composition, no padding; what it gives against the first is the noise floor the statistics
-    compare instability with)."""
+    compare instability with). ``replicate`` False: the first pass alone (None for the second), for a
+    chunk of canonical prompts that no instability is measured on."""
     from sago_fast.runtime.batching import BatchPolicy
 
     prompts = model_prompts(model.tokenizer, variants, settings.prompt_format)
@@ -141,8 +146,8 @@ def answer_chunk(
     )
     passes = ((list(range(len(variants))), model), (canonical, alone))  # every variant batched; the canonical
     answered = []  # ones again, one prompt per call
-    for rows, runs in passes:
+    for rows, runs in passes[: 2 if replicate else 1]:
         subset = prompts.subset(rows)
         ids = [token_ids[i] for i in rows]
         answered.append(answer_unit(runs, examples, [variants[i] for i in rows], subset, ids, settings))
-    return answered[0], answered[1]
+    return answered[0], answered[1] if replicate else None

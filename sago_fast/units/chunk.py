@@ -261,10 +261,11 @@ def score_chunk(
     examples: Mapping[str, Example],
     variants: Sequence[Variant],
     answers: UnitAnswers,
-    alone: UnitAnswers,
+    alone: UnitAnswers | None,
 ) -> tuple[ScoredRows, dict[str, Partial], tuple[bool, ...]]:
     """Item and layer scores of one chunk, its dataset scorers' partials, and whether each example's
-    canonical variant was answered correctly (in example order)."""
+    canonical variant was answered correctly (in example order). Without the replicate pass (``alone``
+    None: canonical prompts alone, no instability measured) the chunk has no activation blocks."""
     rows_of = examples_in_order(variants)
     scored = ScoredRows()
     outputs = []
@@ -276,7 +277,7 @@ def score_chunk(
         )
         outputs.append(example_outputs_)
         scored.items += scores
-    blocks = activation_blocks(variants, rows_of, answers, alone)
+    blocks = [] if alone is None else activation_blocks(variants, rows_of, answers, alone)
     for name in LAYER_SCORERS.names():
         scorer = LAYER_SCORERS.get(name)
         for block in blocks:
@@ -313,18 +314,19 @@ def chunk_records(
     examples: Mapping[str, Example],
     variants: Sequence[Variant],
     answers: UnitAnswers,
-    alone: UnitAnswers,
+    alone: UnitAnswers | None,
     tokenizer: Any,
     index: int,
 ) -> ChunkRecords:
     """One answered chunk (whole examples, in order; ``alone``: its canonical prompts re-run alone, the
-    replicate pass) scored, as records: the probe arrays are not kept."""
+    replicate pass, or None without one) scored, as records: the probe arrays are not kept."""
     canonical = [v for v in variants if v.is_canonical]
     scored, partials, correct = score_chunk(context, examples, variants, answers, alone)
     outputs = output_records(tokenizer, examples, variants, answers, replicate=0)
-    outputs += output_records(tokenizer, examples, canonical, alone, replicate=1)
     modes = mode_answer_records(variants, answers, replicate=0)
-    modes += mode_answer_records(canonical, alone, replicate=1)
+    if alone is not None:
+        outputs += output_records(tokenizer, examples, canonical, alone, replicate=1)
+        modes += mode_answer_records(canonical, alone, replicate=1)
     chunk_examples = tuple(examples[e] for e in examples_in_order(variants))
     return ChunkRecords(
         index, chunk_examples, tuple(variants), tuple(outputs), tuple(modes), scored, partials, correct

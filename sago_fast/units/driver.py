@@ -83,11 +83,12 @@ def drive_unit(job: UnitJob) -> Iterator[ChunkRecords | UnitEnd]:
     for offset, chunk_variants in enumerate(chunks):
         if stop is not None:
             break
-        if tracker is not None and tracker.stability_known:  # a sampled design spends no more cells
+        known = tracker is not None and tracker.stability_known  # a sampled design spends no more cells
+        if known:  # canonical prompts alone, and no replicate pass: no instability is measured on them
             chunk_variants = [v for v in chunk_variants if v.is_canonical]
         start = time.perf_counter()
         chunk_examples = [examples[e] for e in dict.fromkeys(v.example_id for v in chunk_variants)]
-        answers, alone = answer_chunk(model, chunk_examples, chunk_variants, settings)
+        answers, alone = answer_chunk(model, chunk_examples, chunk_variants, settings, replicate=not known)
         index = done.n_chunks + offset
         records = chunk_records(context, examples, chunk_variants, answers, alone, model.tokenizer, index)
         del answers, alone  # the chunk's (Nv, vocab) and hidden-state arrays go before the next chunk's come

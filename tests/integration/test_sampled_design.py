@@ -147,3 +147,11 @@ def test_a_sequential_sampled_unit_stops_spending_cells_once_stability_is_known(
         else:
             assert n_variants == n_examples  # canonical renderings alone
     assert widths[-1][2] <= 0.1  # accuracy set the pace and stopped the unit
+    with Store(config.db, read_only=True) as store:
+        _, replicated = store.query(
+            """SELECT c.chunk, count(o.example_id) FROM unit_chunks c, unnest(c.example_ids) AS e(example_id)
+               LEFT JOIN outputs o ON o.example_id = e.example_id AND o.replicate = 1
+               GROUP BY c.chunk ORDER BY c.chunk"""
+        )
+    # the replicate pass (the noise floor of instability) only where instability is measured
+    assert [n > 0 for _, n in replicated] == [chunk <= known for chunk, _, _ in chunks]
