@@ -302,12 +302,21 @@ class Store:
         return ChunksDone(int(n), tuple(ids), int(n_variants), int(n_correct), float(seconds), tuple(values))
 
     def chunk_states(self, run_id: str, unit_id: str) -> list[bytes]:
-        """The committed chunks' dataset-scorer states, in chunk order."""
-        _, rows = self.query(
-            "SELECT state FROM unit_chunks WHERE run_id = $run AND unit_id = $unit ORDER BY chunk",
-            {"run": run_id, "unit": unit_id},
+        """The committed chunks' dataset-scorer states, in chunk order, read one chunk at a time: a chunk's
+        state holds the activations the neighbourhood metrics keep (tens of MB for a 135M model), and all of
+        them in one result would not fit the writer's bounded buffer pool (``SINK_MEMORY_LIMIT``)."""
+        key = {"run": run_id, "unit": unit_id}
+        _, chunks = self.query(
+            "SELECT chunk FROM unit_chunks WHERE run_id = $run AND unit_id = $unit ORDER BY chunk", key
         )
-        return [bytes(r[0]) for r in rows]
+        states = []
+        for (chunk,) in chunks:
+            _, rows = self.query(
+                "SELECT state FROM unit_chunks WHERE run_id = $run AND unit_id = $unit AND chunk = $chunk",
+                {**key, "chunk": chunk},
+            )
+            states.append(bytes(rows[0][0]))
+        return states
 
     def write_chunk(
         self, run_id: str, unit_id: str, chunk: int, rows: Mapping[str, Mapping[str, Any]]

@@ -211,3 +211,25 @@ def test_chunks_commit_once_resume_and_finish(tmp_path, sink_kind):
         assert store.query("SELECT count(*), count(state) FROM unit_chunks")[1] == [(2, 0)]
         assert store.query("SELECT count(*) FROM item_scores")[1] == [(3,)]
         assert store.query("SELECT n_chunks, status FROM units")[1] == [(2, "done")]
+
+
+def test_chunk_states_larger_together_than_the_buffer_pool_are_read(tmp_path):
+    """A unit's chunk states (activations for the neighbourhood metrics: ~55 MB a chunk for SmolLM2 at
+    30 items) read all at once outgrew the writer's 1 GB buffer pool at the finish of a 300-item MMLU unit;
+    read one chunk at a time they never hold more than one: here 6 states of 4 MB under a 16 MB pool."""
+    rng = np.random.default_rng(0)
+    states = [rng.bytes(4 * 1024 * 1024) for _ in range(6)]
+    with Store(tmp_path / "r.duckdb") as store:
+        store.insert(
+            "unit_chunks",
+            {
+                "run_id": ["r"] * 6,
+                "unit_id": ["u"] * 6,
+                "chunk": list(range(6)),
+                "model_id": ["m"] * 6,
+                "dataset_id": ["d"] * 6,
+                "state": states,
+            },
+        )
+        store.query("SET memory_limit = '16MB'")
+        assert store.chunk_states("r", "u") == states
