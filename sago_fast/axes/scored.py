@@ -38,7 +38,7 @@ class ExampleOutputs:
     def n_options(self) -> int:
         return int(self.option_probs.shape[1])
 
-    def subset(self, rows: Sequence[int], inclusion: np.ndarray) -> ExampleOutputs:
+    def restricted_to(self, rows: Sequence[int], inclusion: np.ndarray) -> ExampleOutputs:
         """The outputs of variants ``rows`` alone (canonical first), with their cells' ``inclusion``
         probabilities: what a sampled design that rendered only those variants would have."""
         return ExampleOutputs(

@@ -105,7 +105,9 @@ def sampled_outputs(item: StoredItem, drawn: tuple[str, ...], probability: float
     """The item's outputs restricted to its canonical, its non-preserving and its ``drawn`` families."""
     keep = kept_rows(item, drawn)
     families = item.outputs.families
-    return item.outputs.subset(keep, np.array([probability if families[i] in drawn else 1.0 for i in keep]))
+    return item.outputs.restricted_to(
+        keep, np.array([probability if families[i] in drawn else 1.0 for i in keep])
+    )
 
 
 def kept_rows(item: StoredItem, drawn: tuple[str, ...]) -> list[int]:

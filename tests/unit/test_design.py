@@ -130,7 +130,9 @@ def example_outputs(rng: np.random.Generator, families: tuple[str, ...], k: int)
 
 def subset(ex: ExampleOutputs, drawn: tuple[str, ...], probability: float) -> ExampleOutputs:
     rows = [i for i, f in enumerate(ex.families) if f == "canonical" or f in drawn]
-    return ex.subset(rows, np.array([1.0 if ex.families[i] == "canonical" else probability for i in rows]))
+    return ex.restricted_to(
+        rows, np.array([1.0 if ex.families[i] == "canonical" else probability for i in rows])
+    )
 
 
 UNBIASED = ("answer_disagreement", "correctness_flip", "flip_rate", "option_js", "margin_flip")
