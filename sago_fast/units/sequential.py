@@ -13,7 +13,6 @@ committed chunks again and reaches the same bounds and the same stopping point a
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -26,6 +25,7 @@ from sago_fast.axes.scored import ItemScore
 from sago_fast.errors import InputError
 from sago_fast.stats.confidence_sequences import BettingSequence, Scale, Tuning
 from sago_fast.types import Variant
+from sago_fast.variants.design import visiting_rank
 
 ACCURACY = "accuracy"
 
@@ -86,10 +86,8 @@ def visiting_order(variants: Sequence[Variant], seed: int) -> list[Variant]:
     for variant in variants:
         by_example.setdefault(variant.example_id, []).append(variant)
 
-    def rank(example_id: str) -> str:
-        return hashlib.sha256(f"{seed}:{example_id}".encode()).hexdigest()
-
-    return [v for example_id in sorted(by_example, key=rank) for v in by_example[example_id]]
+    ordered = sorted(by_example, key=lambda example_id: visiting_rank(seed, example_id))
+    return [v for example_id in ordered for v in by_example[example_id]]
 
 
 def visited_variants(variants: Sequence[Variant], settings: SequentialSettings) -> list[Variant]:
