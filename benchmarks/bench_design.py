@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sago_fast.stats.replay import REPLAYED, full_figures, replay_assignment, stored_items
+from sago_fast.stats.replay import REPLAYED, assignment_values, full_figures, replay_assignment, stored_items
 from sago_fast.stats.settings import StatsConfig
 from sago_fast.store import Store
 from sago_fast.units.sequential import metric_sequence
@@ -126,20 +126,14 @@ def main() -> None:
 
 def _visited(items, m: int, seed: int, key, cache: dict) -> np.ndarray:
     """One assignment's item values of ``key`` in its visiting order (the order a sequential unit uses)."""
-    from sago_fast.stats.replay import item_values, sampled_outputs
-    from sago_fast.variants.design import drawn_families, visiting_rank
+    from sago_fast.variants.design import visiting_rank
 
-    drawn = drawn_families({i.outputs.example_id: i.families for i in items}, m, seed)
-    values = []
-    for item in sorted(items, key=lambda i: visiting_rank(seed, i.outputs.example_id)):
-        families, probability = drawn[item.outputs.example_id]
-        cached = (item.outputs.example_id, families)
-        if cached not in cache:
-            cache[cached] = item_values(sampled_outputs(item, families, probability))
-        value = cache[cached].get(key)
-        if value is not None and np.isfinite(value):
-            values.append(value)
-    return np.array(values)
+    values, _ = assignment_values(items, m, seed, cache)
+    ranked = sorted(
+        zip(items, values, strict=True), key=lambda pair: visiting_rank(seed, pair[0].outputs.example_id)
+    )
+    found = [v[key] for _, v in ranked if key in v]
+    return np.array([x for x in found if np.isfinite(x)])
 
 
 def _cell(value: object) -> str:

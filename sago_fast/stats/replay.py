@@ -152,14 +152,14 @@ def full_figures(items: Sequence[StoredItem], config: StatsConfig) -> Assignment
 ItemCache = dict[tuple[str, tuple[str, ...]], dict[tuple[str, str | None], float]]
 
 
-def replay_assignment(
-    items: Sequence[StoredItem], m: int, seed: int, config: StatsConfig, cache: ItemCache | None = None
-) -> Assignment:
-    """One assignment of the sampled design with ``m`` families per item, drawn with ``seed``. ``cache``:
-    item scores by (example, drawn families), shared by the assignments of one replay (an item has at most
+def assignment_values(
+    items: Sequence[StoredItem], m: int, seed: int, cache: ItemCache
+) -> tuple[list[dict[tuple[str, str | None], float]], float]:
+    """Each item's replayed scores (in ``items`` order) under one assignment of the sampled design with
+    ``m`` families per item, drawn with ``seed``, and the prompt tokens its cells cost. ``cache``: item
+    scores by (example, drawn families), shared by the assignments of one replay (an item has at most
     C(K, m) different draws)."""
     drawn = drawn_families({item.outputs.example_id: item.families for item in items}, m, seed)
-    cache = {} if cache is None else cache
     values, tokens = [], 0.0
     for item in items:
         families, probability = drawn[item.outputs.example_id]
@@ -168,4 +168,12 @@ def replay_assignment(
             cache[key] = item_values(sampled_outputs(item, families, probability))
         values.append(cache[key])
         tokens += float(item.tokens[kept_rows(item, families)].sum() + item.tokens[0])
+    return values, tokens
+
+
+def replay_assignment(
+    items: Sequence[StoredItem], m: int, seed: int, config: StatsConfig, cache: ItemCache | None = None
+) -> Assignment:
+    """One assignment's model-level figures (:func:`assignment_values`, then :func:`model_figures`)."""
+    values, tokens = assignment_values(items, m, seed, {} if cache is None else cache)
     return model_figures(values, config, tokens)
