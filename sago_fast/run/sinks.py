@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+from sago_fast.atomic import atomic_path
 from sago_fast.errors import InputError
 from sago_fast.run.claims import Claim, ClaimingSink, Claims, ClaimSettings, PlannedUnit
 from sago_fast.store import Store
@@ -34,6 +35,7 @@ from sago_fast.variants.design import CellDesign
 log = logging.getLogger(__name__)
 
 MANIFEST = "manifest.json"
+DESIGN_FILE = "design.json"  # the cell design of the run a shard folder holds
 SHARD_FORMAT = 1
 CHUNK_DONE = "chunk.json"
 
@@ -75,12 +77,14 @@ def check_same_design(store: Store, run_row: dict[str, list[Any]]) -> None:
     units) under another cell design: resuming it would mix its cells."""
     run_id = run_row["run_id"][0]
     _, rows = store.query("SELECT config_json FROM runs WHERE run_id = $run", {"run": run_id})
-    if not rows:
-        return
-    before, now = design_of(rows[0][0]), design_of(run_row["config_json"][0])
+    if rows:
+        refuse_other_design(store.path, run_id, design_of(rows[0][0]), design_of(run_row["config_json"][0]))
+
+
+def refuse_other_design(where: str, run_id: str, before: CellDesign, now: CellDesign) -> None:
     if before != now:
         raise InputError(
-            f"{store.path}: run {run_id} is in this file under design {before.label}; resuming it with "
+            f"{where}: run {run_id} is in this file under design {before.label}; resuming it with "
             f"{now.label} would mix its cells: run it with --design {before.name}"
             + (f" --families-per-item {before.families_per_item}" if before.sampled else "")
             + ", or write to another --db"
@@ -198,6 +202,21 @@ class ParquetShardSink:
         self.where = str(self.root)
         self.run_row = run_row
         self.planned_units = [dataclasses.asdict(u) for u in planned]  # the manifest's planned units
+        self._check_design(run_row)
+
+    def _check_design(self, run_row: dict[str, list[Any]]) -> None:
+        """The run's cell design in ``<run>/design.json``; a shard folder holding this run under another
+        design (a folder from before designs: full) is refused before anything is written."""
+        run_id = run_row["run_id"][0]
+        now = design_of(run_row["config_json"][0])
+        marker = self.root / run_id / DESIGN_FILE
+        if marker.is_file():
+            refuse_other_design(str(self.root), run_id, CellDesign(**json.loads(marker.read_text())), now)
+        elif (self.root / run_id).is_dir():
+            refuse_other_design(str(self.root), run_id, CellDesign(), now)
+        if not marker.is_file():
+            with atomic_path(marker) as tmp:
+                tmp.write_text(json.dumps(dataclasses.asdict(now)), encoding="utf-8")
 
     def finished(self, run_id: str, unit_ids: Sequence[str]) -> set[str]:
         return {u for u in unit_ids if self.done(run_id, u)}

@@ -155,3 +155,23 @@ def test_a_sequential_sampled_unit_stops_spending_cells_once_stability_is_known(
         )
     # the replicate pass (the noise floor of instability) only where instability is measured
     assert [n > 0 for _, n in replicated] == [chunk <= known for chunk, _, _ in chunks]
+
+
+def test_a_shard_folder_resumed_under_another_design_is_refused(tmp_path, checkpoints, cache_dir):
+    common = dict(
+        models=(str(checkpoints["llama"]),),
+        datasets=("arithmetic",),
+        limit=10,
+        variants_per_family=1,
+        cache_dir=cache_dir,
+        shard="0/1",
+        shard_dir=tmp_path / "shards",
+        stats=False,
+    )
+    run(RunConfig(design="sampled", **common), progress=False)
+    before = sorted(str(p) for p in (tmp_path / "shards").rglob("*"))
+    with pytest.raises(
+        InputError, match="under design sampled m=3; resuming it with full would mix its cells"
+    ):
+        run(RunConfig(**common), progress=False)
+    assert sorted(str(p) for p in (tmp_path / "shards").rglob("*")) == before  # nothing written
