@@ -78,7 +78,9 @@ def check_same_design(store: Store, run_row: dict[str, list[Any]]) -> None:
     run_id = run_row["run_id"][0]
     _, rows = store.query("SELECT config_json FROM runs WHERE run_id = $run", {"run": run_id})
     if rows:
-        refuse_other_design(store.path, run_id, design_of(rows[0][0]), design_of(run_row["config_json"][0]))
+        refuse_other_design(
+            store.path, run_id, design_of(rows[0][0]), design_of(run_row.get("config_json", [None])[0])
+        )
 
 
 def refuse_other_design(where: str, run_id: str, before: CellDesign, now: CellDesign) -> None:
@@ -208,7 +210,7 @@ class ParquetShardSink:
         """The run's cell design in ``<run>/design.json``; a shard folder holding this run under another
         design (a folder from before designs: full) is refused before anything is written."""
         run_id = run_row["run_id"][0]
-        now = design_of(run_row["config_json"][0])
+        now = design_of(run_row.get("config_json", [None])[0])
         marker = self.root / run_id / DESIGN_FILE
         if marker.is_file():
             refuse_other_design(str(self.root), run_id, CellDesign(**json.loads(marker.read_text())), now)
