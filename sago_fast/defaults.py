@@ -4,7 +4,7 @@ and the CLI's help texts print them (this module imports nothing, so the CLI sta
 from __future__ import annotations
 
 VARIANTS_PER_FAMILY = 2  # variants drawn per perturbation family and example
-DESIGN = "full"  # which item × family cells a unit renders (sago_fast.variants.design)
+DESIGN = "sampled"  # which item × family cells a unit renders (sago_fast.variants.design)
 FAMILIES_PER_ITEM = (
     3  # --design sampled without --families-per-item: meaning-preserving families an item gets
 )

@@ -2,10 +2,12 @@
 
   option_js     = mean pairwise JS divergence between content-aligned option distributions
   next_token_js = mean pairwise JS divergence between full next-token distributions
+  p_gold_diff   = mean pairwise |P_u(gold) - P_v(gold)| between renderings (a pair mean: unbiased for
+                  the full design's value under a sampled one)
   p_gold_sd, p_gold_range = population SD and range of P(gold) across variants
   margin_flip   = share of pairs whose gold margin (log P(gold) - max other log P) changes sign
 Generation tasks have no options: P(gold) is given per variant (P of the reference answer) and only
-next_token_js, p_gold_sd and p_gold_range are computed.
+next_token_js, p_gold_diff, p_gold_sd and p_gold_range are computed.
 ECE per family and its spread are dataset-level figures, accumulated over chunks (:class:`Calibration`).
 """
 
@@ -50,14 +52,17 @@ def confidence_scores(
             continue
         gold = p_gold[mask]
         weights = ex.pair_weights(mask)
+        i, j = np.triu_indices(int(mask.sum()), 1)
         out += [
+            ItemScore(
+                ex.example_id, AXIS, "p_gold_diff", family, weighted_mean(np.abs(gold[i] - gold[j]), weights)
+            ),
             ItemScore(ex.example_id, AXIS, "p_gold_sd", family, _population_sd(gold, weights, ex, mask)),
             ItemScore(ex.example_id, AXIS, "p_gold_range", family, float(gold.max() - gold.min())),
         ]
         if margins is not None:
             probs = ex.option_probs[mask]
             signs = np.sign(margins[mask])
-            i, j = np.triu_indices(int(mask.sum()), 1)
             js = weighted_mean(pairwise(probs, "js"), weights)
             out += [
                 ItemScore(ex.example_id, AXIS, "option_js", family, js),
@@ -113,12 +118,21 @@ def _population_sd(
             bounds=JS_RANGE,
         ),
         MetricSpec(
-            "p_gold_sd",
+            "p_gold_diff",
             ITEM,
             unit="probability",
             null="replicate",
             headline=1,
-            label="SD of P(gold) (probability)",
+            label="mean |difference| of P(gold) (probability)",
+            sesoi=0.01,
+            bounds=UNIT,
+            noise=ReplicateNoise("p_gold_gap", "pair"),
+        ),
+        MetricSpec(
+            "p_gold_sd",
+            ITEM,
+            unit="probability",
+            null="replicate",
             sesoi=0.01,
             bounds=(0.0, 0.5),
             noise=ReplicateNoise("p_gold_gap", "sd"),

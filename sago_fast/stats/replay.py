@@ -36,6 +36,7 @@ REPLAYED: tuple[tuple[str, str | None], ...] = (
     ("flip_rate", None),
     ("option_js", None),
     ("margin_flip", None),
+    ("p_gold_diff", None),
     ("p_gold_sd", None),
     ("position_mirroring", "option_permutation"),
 )  # (metric, family): the model-level figures a replay estimates

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -43,10 +43,13 @@ CANONICAL = "canonical"
 @dataclass(frozen=True)
 class CellDesign:
     """name: ``full`` (every applicable family) or ``sampled``; families_per_item: m, the meaning-preserving
-    families each item gets under ``sampled`` (None: ``defaults.FAMILIES_PER_ITEM``; None under ``full``)."""
+    families each item gets under ``sampled`` (None: ``defaults.FAMILIES_PER_ITEM``; None under ``full``);
+    m_given: whether the user chose m (the default m is not refused where a dataset has fewer families: its
+    items then get every family they have)."""
 
     name: str = "full"
     families_per_item: int | None = None
+    m_given: bool = field(default=True, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.name not in DESIGNS:
@@ -57,6 +60,8 @@ class CellDesign:
                 "renders every applicable family)"
             )
         if self.name == "sampled":
+            if self.families_per_item is None:
+                object.__setattr__(self, "m_given", False)
             m = defaults.FAMILIES_PER_ITEM if self.families_per_item is None else self.families_per_item
             object.__setattr__(self, "families_per_item", m)
             if m < 1:
@@ -74,7 +79,7 @@ class CellDesign:
     def check_families(self, n_families: int, where: str) -> None:
         """One line when m exceeds the meaning-preserving families the run renders (``where`` names them)."""
         m = self.families_per_item
-        if self.sampled and m is not None and m > n_families:
+        if self.sampled and self.m_given and m is not None and m > n_families:
             raise InputError(
                 f"--families-per-item {m} is more than the {n_families} meaning-preserving families "
                 f"{where} applies; use at most {n_families}, or --design full"

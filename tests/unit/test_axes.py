@@ -76,6 +76,8 @@ def test_confidence_by_hand():
     # p_gold [0.7, 0.3, 0.3, 0.3]: mean 0.4, population variance (0.09 + 3 * 0.01) / 4 = 0.03
     assert got[("p_gold_sd", None)] == pytest.approx(math.sqrt(0.03))
     assert got[("p_gold_range", None)] == pytest.approx(0.4)
+    # |differences| over the 6 pairs: three of 0.4 (0.7 against each 0.3), three of 0
+    assert got[("p_gold_diff", None)] == pytest.approx(0.2)
     # gold margins: + (0.7 vs 0.2), - (0.3 vs 0.6), - (0.3 vs 0.5), - (0.3 vs 0.6): 3 of 6 pairs flip
     assert got[("margin_flip", None)] == pytest.approx(0.5)
     P = PROBS[:4]

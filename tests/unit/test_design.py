@@ -135,7 +135,7 @@ def subset(ex: ExampleOutputs, drawn: tuple[str, ...], probability: float) -> Ex
     )
 
 
-UNBIASED = ("answer_disagreement", "correctness_flip", "flip_rate", "option_js", "margin_flip")
+UNBIASED = ("answer_disagreement", "correctness_flip", "flip_rate", "option_js", "margin_flip", "p_gold_diff")
 
 
 @pytest.mark.parametrize(("m", "k"), [(2, 1), (3, 2)])

@@ -289,7 +289,7 @@ def planted(seed: int, n: int = 40) -> RunData:
 
             put("generation", "answer_disagreement", level + 0.1 * latent + 0.02 * rng.normal(size=n))
             put("generation", "flip_rate", np.clip(level + 0.05 * latent + 0.05 * rng.normal(size=n), 0, 1))
-            put("confidence", "p_gold_sd", latent + 0.1 * rng.normal(size=n))
+            put("confidence", "p_gold_diff", latent + 0.1 * rng.normal(size=n))
             put("activation", "dispersion", rng.uniform(0, 1, n))
             put("mirroring", "cue_following", rng.normal(0, 0.1, n), family="wrong_hint")
             noise = rng.uniform(0.0, 0.02, n)
