@@ -123,7 +123,7 @@ def _population_sd(
             unit="probability",
             null="replicate",
             headline=1,
-            label="mean |difference| of P(gold) (probability)",
+            label="|difference| of P(gold) between renderings (probability)",
             sesoi=0.01,
             bounds=UNIT,
             noise=ReplicateNoise("p_gold_gap", "pair"),

@@ -34,16 +34,20 @@ def demo_command(
     n_examples: Annotated[int, typer.Option("--limit", help="Examples of each built-in suite.")] = 40,
 ) -> None:
     from sago_fast.cli.query import render_table
+    from sago_fast.cli.run import say_design
     from sago_fast.demo import DemoConfig, run_demo
     from sago_fast.report import write_report
     from sago_fast.store import Store
     from sago_fast.store.queries import summary_rows
+    from sago_fast.store.reads import RunReads
 
     result = run_demo(DemoConfig(out_dir=out, device=device, n_examples=n_examples), light_start=True)
     db = str(result.db_path)  # the demo never shards: it always writes its database
     with Store(db, read_only=True) as store:
         columns, rows = summary_rows(store, result.run_id)
+        designs = RunReads(store, result.run_id).designs()
     typer.echo(render_table(columns, rows))
+    say_design(designs)
     typer.echo(f"\n{result.describe()}")
     typer.echo(f"results: {Path(db).resolve()}")
     report = write_report(db, out / "report.html", result.run_id)

@@ -163,4 +163,4 @@ def _units_outcomes(model: SagoModel, unit: Unit, job: CheckpointJob) -> Iterato
 
 def _describe(exc: BaseException) -> str:
     log.debug("unit failed:\n%s", "".join(traceback.format_exception(exc)))
-    return f"{type(exc).__name__}: {exc}"
+    return " ".join(f"{type(exc).__name__}: {exc}".split())  # one line, in the log and units.error

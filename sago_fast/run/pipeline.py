@@ -25,6 +25,7 @@ from sago_fast.run.sinks import DuckDBSink, ParquetShardSink, Sink
 from sago_fast.runinfo import run_row
 from sago_fast.runtime.light import start_without_torch_if_exported
 from sago_fast.store import Store
+from sago_fast.store.compact import compact
 from sago_fast.store.store import ChunksDone
 from sago_fast.types import Dataset
 from sago_fast.units import rows as build
@@ -140,6 +141,8 @@ def run(
             )
         else:
             _statistics(config.db, plan.run_id, fresh=bool(writer.results), n_units=len(units))  # type: ignore[arg-type]
+    if shard is None and config.db is not None and not others:
+        compact(config.db)  # the chunks' partial states are deleted: give their blocks back to the disk
     result = RunResult(
         plan.run_id,
         None if config.db is None else str(config.db),

@@ -405,7 +405,7 @@ def _rankings(data: RunData, config: StatsConfig, tables: StatsTables) -> None:
                 mean_rank = ranks.mean(axis=0)
                 order = stats.rankdata(mean_rank)
                 fstat, fp = (float("nan"), float("nan"))
-                if len(models) >= 3 and len(examples) >= 2 and np.ptp(matrix) > 0:
+                if len(models) >= 3 and len(examples) >= 2 and (np.ptp(matrix, axis=1) > 0).any():
                     result = stats.friedmanchisquare(*matrix.T)
                     fstat, fp = float(result.statistic), float(result.pvalue)
                 cd = nemenyi_cd(len(models), len(examples), config.alpha)

@@ -138,7 +138,7 @@ def test_a_metric_at_each_level_is_one_declaration(tmp_path, checkpoints, cache_
             top_metric == "toy_top_spread" and top_null == 0.01 and "0.01" in top_test and 0.0 <= top_p <= 1.0
         )
         at = columns.index("toy_top_spread")  # after the confidence axis' other headline metrics
-        assert columns[at - 1] == "p_gold_sd" and rows[0][at] is not None
+        assert columns[at - 1] == "p_gold_diff" and rows[0][at] is not None
     finally:
         ITEM_SCORERS.remove("toy_top_probability")
         LAYER_SCORERS.remove("toy_norm_spread")

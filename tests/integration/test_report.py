@@ -206,7 +206,7 @@ def test_the_header_names_the_methods_the_scores_used(run_db):
 
 
 def test_over_training_draws_one_panel_per_metric_and_says_when_the_scale_is_logarithmic():
-    """Two confidence metrics (option_js on one dataset, p_gold_sd on another) get a panel each, labelled
+    """Two confidence metrics (option_js on one dataset, p_gold_diff on another) get a panel each, labelled
     with their own metric; dispersion levels ~15 and ~1.5 share a panel on a log scale that says so."""
     import matplotlib.pyplot as plt
 
@@ -222,7 +222,7 @@ def test_over_training_draws_one_panel_per_metric_and_says_when_the_scale_is_log
                 ("zoo", "comparison", "activation", "dispersion", step, a, a - 1, a + 1),
                 ("zoo", "capitals", "activation", "dispersion", step, b, b - 0.1, b + 0.1),
                 ("zoo", "capitals", "confidence", "option_js", step, 0.1 * step, None, None),
-                ("zoo", "letters", "confidence", "p_gold_sd", step, 0.2 * step, None, None),
+                ("zoo", "letters", "confidence", "p_gold_diff", step, 0.2 * step, None, None),
             )
         ]
     figures = []
@@ -237,9 +237,9 @@ def test_over_training_draws_one_panel_per_metric_and_says_when_the_scale_is_log
     assert titles == [
         "activation: dispersion (★ significant change)",
         "confidence: option_js (★ significant change)",
-        "confidence: p_gold_sd (★ significant change)",
+        "confidence: p_gold_diff (★ significant change)",
     ]
     assert axes[0].get_yscale() == "log" and "log scale" in axes[0].get_ylabel()
-    assert "option JS" in axes[1].get_ylabel() and "SD of P(gold)" in axes[2].get_ylabel()
+    assert "option JS" in axes[1].get_ylabel() and "P(gold)" in axes[2].get_ylabel()
     assert axes[1].get_yscale() == "linear"
     plt.close("all")

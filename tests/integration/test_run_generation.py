@@ -31,6 +31,7 @@ def gen_run(tmp_path_factory, checkpoints, cache_dir):
         limit=4,
         variants_per_family=1,
         families=("typo", "casing", "template", "separator"),
+        design="full",  # every family of every example: the renderings compared with HF one by one
         max_new_tokens=NEW,
         stop=("\n", "?"),
         cache_dir=cache_dir,

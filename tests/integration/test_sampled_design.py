@@ -31,7 +31,7 @@ def runs(tmp_path_factory, checkpoints, cache_dir):
         cache_dir=cache_dir,
         stats=False,
     )
-    full = RunConfig(db=root / "full.duckdb", **common)
+    full = RunConfig(db=root / "full.duckdb", design="full", **common)
     sampled = RunConfig(db=root / "sampled.duckdb", design="sampled", families_per_item=3, **common)
     run(full, progress=False)
     run(sampled, progress=False)
@@ -73,6 +73,7 @@ def test_a_resume_under_another_design_is_refused_before_work(runs):
         cache_dir=sampled.cache_dir,
         db=sampled.db,
         stats=False,
+        design="full",
     )
     with pytest.raises(
         InputError, match="under design sampled m=3; resuming it with full would mix its cells"
@@ -92,7 +93,7 @@ def test_a_resume_under_another_design_is_refused_before_work(runs):
             "more than the 10 meaning-preserving families",
         ),
         (["--design", "halves"], "--design must be one of full, sampled"),
-        (["--families-per-item", "2"], "needs --design sampled"),
+        (["--design", "full", "--families-per-item", "2"], "needs --design sampled"),
     ],
 )
 def test_bad_designs_exit_2_with_one_line_before_work(tmp_path, checkpoints, flags, message):
@@ -173,5 +174,5 @@ def test_a_shard_folder_resumed_under_another_design_is_refused(tmp_path, checkp
     with pytest.raises(
         InputError, match="under design sampled m=3; resuming it with full would mix its cells"
     ):
-        run(RunConfig(**common), progress=False)
+        run(RunConfig(design="full", **common), progress=False)
     assert sorted(str(p) for p in (tmp_path / "shards").rglob("*")) == before  # nothing written

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import duckdb
@@ -17,65 +15,14 @@ from sago_fast.errors import InputError
 from sago_fast.run import RunConfig, run
 from sago_fast.run.merge import merge_shards
 from sago_fast.run.plan import plan_run
+from tests.units_support import assert_same_tables, sago_cmd, sigkill_at, two_by_two
 
 pytestmark = pytest.mark.xdist_group("units")  # module fixtures: built once, in one process
-
-TABLES = (
-    "runs",
-    "models",
-    "datasets",
-    "examples",
-    "variants",
-    "outputs",
-    "item_scores",
-    "layer_scores",
-    "dataset_scores",
-    "units",
-    "model_scores",
-    "model_comparisons",
-    "rankings",
-    "ranking_agreement",
-    "rank_reversals",
-    "axis_correlations",
-)
-VOLATILE = {
-    "runs": "EXCLUDE (created_at, command, config_json, host, pid)",
-    "units": "EXCLUDE (seconds, finished_at)",
-}
-
-
-def assert_same_tables(db_a: Path, db_b: Path) -> None:
-    """Same rows in every table (multiset; NaN equals NaN in SQL set operations), timings aside."""
-    con = duckdb.connect(str(db_a), read_only=True)
-    con.execute(f"ATTACH '{db_b}' AS other (READ_ONLY)")
-    for table in TABLES:
-        columns = VOLATILE.get(table, "")
-        a = f"SELECT * {columns} FROM main.{table}"
-        b = f"SELECT * {columns} FROM other.{table}"
-        n_a = con.execute(f"SELECT count(*) FROM ({a})").fetchone()[0]
-        n_b = con.execute(f"SELECT count(*) FROM ({b})").fetchone()[0]
-        only_a = con.execute(f"SELECT count(*) FROM ({a} EXCEPT ALL {b})").fetchone()[0]
-        only_b = con.execute(f"SELECT count(*) FROM ({b} EXCEPT ALL {a})").fetchone()[0]
-        assert (n_a, only_a, only_b) == (n_b, 0, 0), table
-    con.close()
 
 
 @pytest.fixture(scope="module")
 def job(checkpoints, cache_dir):
-    """Two checkpoints × two datasets, 4 examples: the CLI arguments and the config."""
-    models = (str(checkpoints["llama"]), str(checkpoints["gpt2"]))
-    families = ("typo", "option_permutation", "pair_swap", "wrong_hint")
-    args = ["-m", models[0], "-m", models[1], "-d", "comparison", "-d", "capitals", "--limit", "4", "-k", "1"]
-    args += ["--cache-dir", str(cache_dir), *(x for f in families for x in ("-F", f))]
-    config = dict(
-        models=models,
-        datasets=("comparison", "capitals"),
-        limit=4,
-        variants_per_family=1,
-        families=families,
-        cache_dir=cache_dir,
-    )
-    return args, config
+    return two_by_two(checkpoints, cache_dir)
 
 
 @pytest.fixture(scope="module")
@@ -86,29 +33,6 @@ def reference(job, tmp_path_factory):
     result = run(RunConfig(db=db, **config), progress=False)
     assert len(result.units) == 4
     return db, result
-
-
-def sago_cmd(*args: str) -> list[str]:
-    return [sys.executable, "-m", "sago_fast.cli.app", *args]
-
-
-def sigkill_at(command: list[str], marker: str, times: int = 1) -> None:
-    """Run ``command`` and SIGKILL it as soon as ``times`` lines of its stderr have held ``marker``."""
-    proc = subprocess.Popen(
-        command,
-        stderr=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        text=True,
-        env={**os.environ, "TQDM_DISABLE": "1"},
-    )
-    seen = 0
-    for line in proc.stderr:  # type: ignore[union-attr]
-        seen += marker in line
-        if seen == times:
-            proc.send_signal(signal.SIGKILL)
-            break
-    proc.wait(timeout=120)
-    assert proc.returncode == -signal.SIGKILL
 
 
 def test_sigkill_then_rerun_equals_an_uninterrupted_run(job, reference, tmp_path):

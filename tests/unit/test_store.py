@@ -234,3 +234,42 @@ def test_chunk_states_larger_together_than_the_buffer_pool_are_read(tmp_path):
         store.query("SET threads = 1")  # DuckDB's per-thread buffers: the same on every machine
         store.query("SET memory_limit = '16MB'")
         assert store.chunk_states("r", "u") == states
+
+
+def test_a_file_with_freed_blocks_is_rewritten_without_them(tmp_path):
+    """What a unit's chunk states leave behind (written, then deleted) is given back to the disk: the file
+    ends at most 1.2x its used blocks, every row and the schema as they were; a file another run is still
+    writing is left alone."""
+    import os
+    import socket
+
+    from sago_fast.store.compact import blocks, compact
+
+    path = tmp_path / "r.duckdb"
+    with Store(path) as store:
+        store.insert("runs", {"run_id": ["r"], "created_at": [datetime(2026, 1, 1)], "status": ["done"]})
+        store.query("CREATE TABLE staged AS SELECT range AS i, random() AS x FROM range(2000000)")
+        store.query("DROP TABLE staged")
+    size = path.stat().st_size
+    assert compact(path, slack=1.2) is not None
+    with Store(path, read_only=True) as store:
+        after = blocks(store)
+        assert store.query("SELECT run_id, status FROM runs")[1] == [("r", "done")]
+        assert store.query("SELECT max(version) FROM schema_version")[1] == [(SCHEMA_VERSION,)]
+    assert after.slack <= 1.2 and path.stat().st_size < size / 4
+    assert compact(path) is None  # nothing left to give back
+
+    with Store(path) as store:  # a run still writing the file (this process, alive): left alone
+        store.insert(
+            "runs",
+            {
+                "run_id": ["s"],
+                "created_at": [datetime(2026, 1, 1)],
+                "status": ["running"],
+                "host": [socket.gethostname()],
+                "pid": [os.getpid()],
+            },
+        )
+        store.query("CREATE TABLE staged AS SELECT range AS i FROM range(2000000)")
+        store.query("DROP TABLE staged")
+    assert compact(path) is None
