@@ -91,10 +91,11 @@ def load_run(store: Store, run_id: str) -> RunData:
     check_run(store, run_id)
     reads = RunReads(store, run_id)
     data = RunData(run_id)
-    for row in reads.item_scores():
-        if row["value"] is not None:
-            key = (row["model_id"], row["dataset_id"], row["axis"], row["metric"], row["family"])
-            data.items.setdefault(key, {})[row["example_id"]] = float(row["value"])
+    examples: dict[str, str] = {}  # one string per example id, shared by every figure that reads it
+    for row in reads.item_score_groups():
+        key = (row["model_id"], row["dataset_id"], row["axis"], row["metric"], row["family"])
+        ids = [examples.setdefault(e, e) for e in row["example_ids"]]
+        data.items[key] = dict(zip(ids, map(float, row["values"]), strict=True))
     noise = _canonical_outputs(reads, data)
     for row in reads.replicate_distances():
         source = ("replicate_distance", row["model_id"], row["dataset_id"])

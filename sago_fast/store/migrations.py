@@ -580,4 +580,12 @@ MIGRATIONS: tuple[Migration, ...] = (
             GROUP BY ALL;
         """,
     ),
+    Migration(
+        20,
+        "layer_scores.value as FLOAT: distances between float32 activations keep every digit they have in "
+        "four bytes, and per-layer rows are most of a results file",
+        """
+        ALTER TABLE layer_scores ALTER value SET DATA TYPE FLOAT;
+        """,
+    ),
 )

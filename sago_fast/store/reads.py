@@ -157,11 +157,15 @@ class RunReads:
             """
         )
 
-    def item_scores(self) -> list[Row]:
-        """model_id, dataset_id, axis, metric, family, example_id, value."""
+    def item_score_groups(self) -> list[Row]:
+        """model_id, dataset_id, axis, metric, family, example_ids, values: one row per figure, its examples'
+        values as two lists gathered in DuckDB (NULL values left out), so that reading a run of millions of
+        item scores makes no Python row per score."""
         return self._rows(
             """
-                SELECT model_id, dataset_id, axis, metric, family, example_id, value FROM item_scores WHERE run_id = $run
+                SELECT model_id, dataset_id, axis, metric, family,
+                       list(example_id ORDER BY example_id) AS example_ids, list(value ORDER BY example_id) AS "values"
+                FROM item_scores WHERE run_id = $run AND value IS NOT NULL GROUP BY ALL
             """
         )
 
