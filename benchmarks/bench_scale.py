@@ -13,7 +13,8 @@ measures:
 - the file: bytes on disk, DuckDB's used blocks, and both per item-checkpoint (after the compaction
   ``sago run`` does at its end);
 - ``sago stats``, ``sago report``, ``sago status`` and every query of the README's SQL cookbook, each as
-  the user runs it (a child process): wall time and peak RSS.
+  the user runs it (a child process): wall time and peak RSS, stopped past the targets (4 GB, 15 minutes
+  for statistics and the report, a minute for the others) and said so.
 
     python benchmarks/bench_scale.py --source RUN.duckdb --items 12990 --checkpoints 10 30 --out /tmp/scale
         [--markdown] [--json FILE]
@@ -33,6 +34,7 @@ import shutil
 import subprocess
 import sys
 import time
+import warnings
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from pathlib import Path
@@ -45,6 +47,7 @@ from sago_fast.store import Store
 from sago_fast.store.compact import blocks, compact
 
 log = logging.getLogger("bench_scale")
+warnings.filterwarnings("ignore", message="Arrow output on a DB-API result")  # the copy is what we want
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 PER_CHECKPOINT = (  # the tables a unit writes, with the column its example sits in (None: not per example)
@@ -64,7 +67,7 @@ class Timing:
     what: str
     seconds: float
     peak_rss_mb: float
-    ok: bool
+    outcome: str  # ok, or why not
 
 
 @dataclass(frozen=True)
@@ -121,8 +124,8 @@ def grow_dataset(store: Store, dataset_id: str, items: int, n_base: int) -> None
     if items < n_base:
         raise SystemExit(f"--items {items} is below the source's {n_base} examples")
     for table in ("examples", "variants"):
-        rows = store.con.sql(
-            f"SELECT * FROM {table} WHERE dataset_id = $d", params={"d": dataset_id}
+        rows = store.con.execute(
+            f"SELECT * FROM {table} WHERE dataset_id = $d", {"d": dataset_id}
         ).to_arrow_table()
         grown = spread(rows, "example_id", items, n_base).slice(rows.num_rows)  # the clones only
         store.insert(table, {name: grown.column(name) for name in grown.column_names})
@@ -133,8 +136,8 @@ def unit_rows(store: Store, run_id: str, model_id: str, items: int, n_base: int)
     """The source unit's rows per table, spread over the grown dataset's examples."""
     out = {}
     for table, column in PER_CHECKPOINT:
-        rows = store.con.sql(
-            f"SELECT * FROM {table} WHERE run_id = $r AND model_id = $m", params={"r": run_id, "m": model_id}
+        rows = store.con.execute(
+            f"SELECT * FROM {table} WHERE run_id = $r AND model_id = $m", {"r": run_id, "m": model_id}
         ).to_arrow_table()
         out[table] = rows if column is None else spread(rows, column, items, n_base)
     return out
@@ -163,8 +166,8 @@ def append_checkpoints(
     """Checkpoints ``start`` .. ``stop - 1`` of the simulated training run, one transaction each."""
     source = unit_rows(store, run_id, model_id, items, n_base)
     one = {
-        table: store.con.sql(
-            f"SELECT * FROM {table} WHERE {where}", params={"r": run_id, "m": model_id}
+        table: store.con.execute(
+            f"SELECT * FROM {table} WHERE {where}", {"r": run_id, "m": model_id}
         ).to_arrow_table()
         for table, where in (
             ("models", "model_id = $m AND $r IS NOT NULL"),
@@ -188,39 +191,71 @@ def append_checkpoints(
         store.query("COMMIT")
 
 
-def timed(command: list[str], what: str, cwd: Path) -> Timing:
-    """Run ``command`` as a child process; its wall time and peak RSS (the largest child so far: each
-    command runs in a fresh ``python -c`` wrapper whose own getrusage is read)."""
-    wrapper = (
-        "import resource, subprocess, sys, time;"
-        "t = time.perf_counter(); p = subprocess.run(sys.argv[1:], capture_output=True, text=True);"
-        "w = time.perf_counter() - t;"
-        "print(w, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, p.returncode);"
-        "sys.stderr.write(p.stderr[-2000:])"
-    )
-    done = subprocess.run([sys.executable, "-c", wrapper, *command], capture_output=True, text=True, cwd=cwd)
-    seconds, rss_kb, code = done.stdout.split()
-    if code != "0":
-        log.warning("%s exited %s: %s", what, code, done.stderr.strip().splitlines()[-1:] or "")
-    return Timing(what, float(seconds), int(rss_kb) / 1024, code == "0")
+def rss_mb(pid: int) -> float:
+    """The resident memory of process ``pid`` now (0 when it is gone)."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
 
 
-def measure(db: Path, checkpoints: int, items: int, out: Path, queries: list[str]) -> Size:
+def timed(command: list[str], what: str, cwd: Path, cap_mb: float, limit_s: float) -> Timing:
+    """Run ``command`` as the user would (a child process): its wall time and peak RSS, sampled every
+    0.1 s; stopped when it passes ``cap_mb`` of memory or ``limit_s`` seconds (the targets), and said so."""
+    started = time.perf_counter()
+    proc = subprocess.Popen(command, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    peak, outcome = 0.0, ""
+    while proc.poll() is None:
+        peak = max(peak, rss_mb(proc.pid))
+        if peak > cap_mb or time.perf_counter() - started > limit_s:
+            outcome = (
+                f"stopped over {cap_mb / 1024:.0f} GB" if peak > cap_mb else f"stopped after {limit_s:.0f} s"
+            )
+            proc.kill()
+            break
+        time.sleep(0.1)
+    proc.wait()
+    seconds = time.perf_counter() - started
+    error = proc.stderr.read() if proc.stderr else ""
+    if not outcome:
+        outcome = (
+            "ok" if proc.returncode == 0 else f"exit {proc.returncode}: {error.strip().splitlines()[-1:]}"
+        )
+    if outcome != "ok":
+        log.warning("%s: %s", what, outcome)
+    return Timing(what, seconds, peak, outcome)
+
+
+def measure(db: Path, checkpoints: int, items: int, out: Path, queries: list[str], cap_mb: float) -> Size:
     compact(db)
     with Store(db, read_only=True) as store:
         used = blocks(store)
         rows = {t: store.query(f"SELECT count(*) FROM {t}")[1][0][0] for t, _ in PER_CHECKPOINT}
     sago = [sys.executable, "-m", "sago_fast.cli.app"]
     timings = [
-        timed([*sago, "status", "--db", str(db)], "sago status", out),
-        timed([*sago, "stats", "--db", str(db)], "sago stats", out),
-        timed([*sago, "report", "--db", str(db), "-o", str(out / "report.html")], "sago report", out),
+        timed([*sago, "status", "--db", str(db)], "sago status", out, cap_mb, 60),
+        timed([*sago, "stats", "--db", str(db)], "sago stats", out, cap_mb, 15 * 60),
+        timed(
+            [*sago, "report", "--db", str(db), "-o", str(out / "report.html")],
+            "sago report",
+            out,
+            cap_mb,
+            15 * 60,
+        ),
     ]
     for i, sql in enumerate(queries, 1):
-        timings.append(timed([*sago, "query", "--db", str(db), sql], f"cookbook query {i}", out))
+        timings.append(timed([*sago, "query", "--db", str(db), sql], f"cookbook query {i}", out, cap_mb, 60))
     report = out / "report.html"
     rows["report_bytes"] = report.stat().st_size if report.exists() else -1
     return Size(checkpoints, items, db.stat().st_size, used.used * used.block_size, rows, timings)
+
+
+def shown(timing: Timing) -> str:
+    return f"{timing.seconds:.1f} s" + ("" if timing.outcome == "ok" else f" ({timing.outcome})")
 
 
 def markdown(sizes: list[Size]) -> str:
@@ -234,9 +269,9 @@ def markdown(sizes: list[Size]) -> str:
         lines.append(
             f"| {s.checkpoints} | {s.items} | {s.bytes_on_disk / 1e6:.0f} MB | {s.per_item_checkpoint / 1e3:.1f} KB "
             f"| {s.used_bytes / 1e6:.0f} MB | {s.rows['layer_scores']:,} "
-            f"| {by['sago stats'].seconds:.1f} s, {by['sago stats'].peak_rss_mb:.0f} MB "
-            f"| {by['sago report'].seconds:.1f} s ({s.rows['report_bytes'] / 1e6:.1f} MB) "
-            f"| {by['sago status'].seconds:.1f} s | {cook.seconds:.1f} s ({cook.what}) |"
+            f"| {shown(by['sago stats'])}, {by['sago stats'].peak_rss_mb:.0f} MB "
+            f"| {shown(by['sago report'])} ({s.rows['report_bytes'] / 1e6:.1f} MB) "
+            f"| {shown(by['sago status'])} | {shown(cook)} ({cook.what}) |"
         )
     return "\n".join(lines)
 
@@ -249,6 +284,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--items", type=int, default=12990, help="examples of the grown dataset")
     parser.add_argument("--checkpoints", type=int, nargs="+", default=[10, 30, 100])
     parser.add_argument("--out", type=Path, default=Path("/tmp/sago-scale"))
+    parser.add_argument(
+        "--memory-cap-gb", type=float, default=4.0, help="stop a command past this RSS (target)"
+    )
     parser.add_argument("--markdown", action="store_true")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
@@ -271,7 +309,7 @@ def main(argv: list[str] | None = None) -> None:
             append_checkpoints(store, run_id, model_id, args.items, n_base, done, n)
         log.info("%d checkpoints written in %.0f s", n, time.perf_counter() - started)
         done = n
-        sizes.append(measure(db, n, args.items, args.out, queries))
+        sizes.append(measure(db, n, args.items, args.out, queries, args.memory_cap_gb * 1024))
         log.info("%s", markdown(sizes[-1:]))
     header = (
         f"{args.items} items, source {args.source.name}, {datetime.now():%Y-%m-%d}, {os.cpu_count()} CPUs"
