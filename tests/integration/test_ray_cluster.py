@@ -181,7 +181,6 @@ def test_a_cluster_started_with_ray_start_is_joined_through_ray_address(job, ref
     (``ray stop`` ends every Ray process of this machine: a slow test, run alone.)"""
     args, _ = job
     ray_cli = [str(Path(sys.executable).with_name("ray"))]
-    temp = tmp_path / "ray"  # the head's session folder, apart from other clusters
     port = "6391"
     started = subprocess.run(
         [
@@ -192,8 +191,6 @@ def test_a_cluster_started_with_ray_start_is_joined_through_ray_address(job, ref
             port,
             "--num-cpus",
             "1",
-            "--temp-dir",
-            str(temp),
             "--include-dashboard",
             "false",
         ],
@@ -209,7 +206,7 @@ def test_a_cluster_started_with_ray_start_is_joined_through_ray_address(job, ref
             capture_output=True,
             text=True,
             timeout=600,
-            env={**os.environ, "RAY_ADDRESS": f"127.0.0.1:{port}", "TQDM_DISABLE": "1"},
+            env={**os.environ, "RAY_ADDRESS": "auto", "TQDM_DISABLE": "1"},  # the cluster `ray start` started
         )
         assert done.returncode == 0, done.stderr
         assert_same_tables(db, reference)
