@@ -99,6 +99,9 @@ def test_a_lost_worker_node_is_retried_and_the_tables_equal_a_clean_run(cluster,
             except BaseException as exc:  # handed to the test's thread
                 outcome["error"] = exc
 
+        deadline = time.monotonic() + 60  # the clean run's CPU given back, as Ray's resource view says
+        while ray.available_resources().get("CPU", 0.0) < 1.0 and time.monotonic() < deadline:
+            time.sleep(0.1)
         driver = threading.Thread(target=drive)
         driver.start()
         wait_until_the_task_runs()
