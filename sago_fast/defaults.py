@@ -5,9 +5,8 @@ from __future__ import annotations
 
 VARIANTS_PER_FAMILY = 2  # variants drawn per perturbation family and example
 DESIGN = "sampled"  # which item × family cells a unit renders (sago_fast.variants.design)
-FAMILIES_PER_ITEM = (
-    3  # --design sampled without --families-per-item: meaning-preserving families an item gets
-)
+# --design sampled without --families-per-item: the meaning-preserving families an item gets
+FAMILIES_PER_ITEM = 3
 SEED = 0  # variant seed
 DEVICE = "cpu"
 MAX_NEW_TOKENS = 16  # generation tasks: tokens generated at most

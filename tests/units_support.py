@@ -75,11 +75,21 @@ def sigkill_at(command: list[str], marker: str, times: int = 1, env: dict[str, s
     assert proc.returncode == -signal.SIGKILL
 
 
-def two_by_two(checkpoints, cache_dir) -> tuple[list[str], dict]:
-    """Two checkpoints × two datasets, 4 examples: the CLI arguments and the config."""
-    models = (str(checkpoints["llama"]), str(checkpoints["gpt2"]))
+def unit_job(checkpoints, cache_dir, names: tuple[str, ...] = ("llama", "gpt2")) -> tuple[list[str], dict]:
+    """The checkpoints ``names`` × two datasets, 4 examples: the CLI arguments and the config."""
+    models = tuple(str(checkpoints[name]) for name in names)
     families = ("typo", "option_permutation", "pair_swap", "wrong_hint")
-    args = ["-m", models[0], "-m", models[1], "-d", "comparison", "-d", "capitals", "--limit", "4", "-k", "1"]
+    args = [
+        *(x for m in models for x in ("-m", m)),
+        "-d",
+        "comparison",
+        "-d",
+        "capitals",
+        "--limit",
+        "4",
+        "-k",
+        "1",
+    ]
     args += ["--cache-dir", str(cache_dir), *(x for f in families for x in ("-F", f))]
     config = dict(
         models=models,

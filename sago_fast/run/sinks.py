@@ -72,15 +72,18 @@ def design_of(config_json: str | None) -> CellDesign:
     return CellDesign(config.get("design", "full"), config.get("families_per_item"))
 
 
+def run_design(run_row: dict[str, list[Any]]) -> CellDesign:
+    """The cell design of the run row being written (a row without its settings: full)."""
+    return design_of(run_row.get("config_json", [None])[0])
+
+
 def check_same_design(store: Store, run_row: dict[str, list[Any]]) -> None:
     """InputError, before anything is written, when the results file holds this run (the same settings and
     units) under another cell design: resuming it would mix its cells."""
     run_id = run_row["run_id"][0]
     _, rows = store.query("SELECT config_json FROM runs WHERE run_id = $run", {"run": run_id})
     if rows:
-        refuse_other_design(
-            store.path, run_id, design_of(rows[0][0]), design_of(run_row.get("config_json", [None])[0])
-        )
+        refuse_other_design(store.path, run_id, design_of(rows[0][0]), run_design(run_row))
 
 
 def refuse_other_design(where: str, run_id: str, before: CellDesign, now: CellDesign) -> None:
@@ -210,15 +213,15 @@ class ParquetShardSink:
         """The run's cell design in ``<run>/design.json``; a shard folder holding this run under another
         design (a folder from before designs: full) is refused before anything is written."""
         run_id = run_row["run_id"][0]
-        now = design_of(run_row.get("config_json", [None])[0])
+        now = run_design(run_row)
         marker = self.root / run_id / DESIGN_FILE
         if marker.is_file():
             refuse_other_design(str(self.root), run_id, CellDesign(**json.loads(marker.read_text())), now)
-        elif (self.root / run_id).is_dir():
+            return
+        if (self.root / run_id).is_dir():
             refuse_other_design(str(self.root), run_id, CellDesign(), now)
-        if not marker.is_file():
-            with atomic_path(marker) as tmp:
-                tmp.write_text(json.dumps(dataclasses.asdict(now)), encoding="utf-8")
+        with atomic_path(marker) as tmp:
+            tmp.write_text(json.dumps(dataclasses.asdict(now)), encoding="utf-8")
 
     def finished(self, run_id: str, unit_ids: Sequence[str]) -> set[str]:
         return {u for u in unit_ids if self.done(run_id, u)}

@@ -28,7 +28,7 @@ import pytest
 from sago_fast.run import RunConfig, run
 from sago_fast.run.merge import merge_shards
 from sago_fast.run.pipeline import UnitsFailedError
-from tests.units_support import assert_same_tables, sago_cmd, sigkill_at, two_by_two
+from tests.units_support import assert_same_tables, sago_cmd, sigkill_at, unit_job
 
 ray = pytest.importorskip("ray")
 cluster_utils = pytest.importorskip("ray.cluster_utils")
@@ -41,14 +41,7 @@ log = logging.getLogger(__name__)
 @pytest.fixture(scope="module")
 def job(checkpoints, cache_dir):
     """One checkpoint × two datasets (the CLI arguments and the config)."""
-    args, config = two_by_two(checkpoints, cache_dir)
-    kept = config["models"][0]
-    args = [
-        a
-        for i, a in enumerate(args)
-        if not (a == "-m" and args[i + 1] != kept) and a not in config["models"][1:]
-    ]
-    return args, {**config, "models": (kept,)}
+    return unit_job(checkpoints, cache_dir, ("llama",))
 
 
 @pytest.fixture(scope="module")

@@ -15,14 +15,14 @@ from sago_fast.errors import InputError
 from sago_fast.run import RunConfig, run
 from sago_fast.run.merge import merge_shards
 from sago_fast.run.plan import plan_run
-from tests.units_support import assert_same_tables, sago_cmd, sigkill_at, two_by_two
+from tests.units_support import assert_same_tables, sago_cmd, sigkill_at, unit_job
 
 pytestmark = pytest.mark.xdist_group("units")  # module fixtures: built once, in one process
 
 
 @pytest.fixture(scope="module")
 def job(checkpoints, cache_dir):
-    return two_by_two(checkpoints, cache_dir)
+    return unit_job(checkpoints, cache_dir)
 
 
 @pytest.fixture(scope="module")
