@@ -37,7 +37,7 @@ from scipy import stats
 from sago_fast.axes.catalogue import metric as catalogue_metric
 from sago_fast.stats.changes import checkpoint_changes, training_runs
 from sago_fast.stats.confidence_sequences import SEPARATION_TEST
-from sago_fast.stats.data import ACCURACY, AXES, Key, RunData
+from sago_fast.stats.data import ACCURACY, AXES, EMPTY, Key, RunData, shared_codes
 from sago_fast.stats.design_advice import design_advice
 from sago_fast.stats.methods import (
     PAIRED_TEST,
@@ -141,10 +141,9 @@ def score_metric(data: RunData, key: Key, config: StatsConfig) -> dict[str, Any]
     """One ``model_scores`` row (without ``p_adjusted``): the mean of one item metric over examples, its
     CI, the test of the mean against the metric's null and the effect beyond that null."""
     model, dataset, axis, metric, family = key
-    by_example = data.items[key]
-    examples = sorted(by_example)
-    values = np.array([by_example[e] for e in examples])
-    null = _null(data, key, examples, values, config)
+    scores = data.items[key]
+    values = scores.values
+    null = _null(data, key, scores.codes, values, config)
     stream = _stream(*key)
     reference = None if null is None else null.reference  # None: estimate and CI, or a paired test below
     alternative = "greater" if null is None else null.alternative
@@ -211,23 +210,21 @@ class Null:
 
 
 def _null(
-    data: RunData, key: tuple, examples: list[str], values: np.ndarray, config: StatsConfig
+    data: RunData, key: tuple, codes: np.ndarray, values: np.ndarray, config: StatsConfig
 ) -> Null | None:
-    """The null of one item metric (nulls.py), or None: estimate and CI only."""
+    """The null of one item metric (nulls.py), or None: estimate and CI only; ``codes``: the examples of
+    ``values``."""
     model, dataset, _axis, metric, family = key
     spec = null_for(metric)
     alternative = spec.alternative
     if spec.kind == "replicate":
         sesoi = sesoi_for(config, metric, spec.sesoi)
-        pairs = data.replicate.get((model, dataset, metric), {})
-        noise = np.array(
-            [
-                like_for_like(metric, pairs[e], data.n_variants.get((dataset, e, family), 2))
-                if e in pairs
-                else np.nan
-                for e in examples
-            ]
-        )
+        pairs = data.replicate.get((model, dataset, metric), EMPTY).at(codes)
+        counts = data.n_variants.get((dataset, family), EMPTY).at(codes)
+        counts = np.where(np.isfinite(counts), counts, 2).astype(np.int64)
+        # like_for_like is linear in the replicate figure: one scale per number of variants
+        scale = {int(n): like_for_like(metric, 1.0, int(n)) for n in np.unique(counts)}
+        noise = pairs * np.array([scale[int(n)] for n in counts]) if len(counts) else pairs
         seen = np.isfinite(noise)
         level = float(noise[seen].mean()) if seen.any() else float("nan")
         if seen.any() and level > sesoi:
@@ -244,8 +241,8 @@ def _null(
         reference = 1.0 - tol if alternative == "less" else tol
         return Null(f"mean vs tolerance {reference:g}", reference, alternative, reference=reference)
     if spec.kind == "chance":
-        chance = data.items.get((model, dataset, "mirroring", "position_chance", family), {})
-        levels = np.array([chance.get(e, np.nan) for e in examples])
+        chance = data.items.get((model, dataset, "mirroring", "position_chance", family), EMPTY)
+        levels = chance.at(codes)
         seen = np.isfinite(levels)
         if not seen.any():
             return None
@@ -275,9 +272,9 @@ def _headline_metrics(data: RunData, dataset: str) -> list[tuple[str, str, str |
 
 
 def _paired(data: RunData, a: tuple, b: tuple) -> tuple[np.ndarray, np.ndarray]:
-    va, vb = data.items.get(a, {}), data.items.get(b, {})
-    common = sorted(set(va) & set(vb))
-    return np.array([va[e] for e in common]), np.array([vb[e] for e in common])
+    va, vb = data.items.get(a, EMPTY), data.items.get(b, EMPTY)
+    common = shared_codes(va, vb)
+    return va.on(common), vb.on(common)
 
 
 def _pair_sequence(
@@ -359,11 +356,13 @@ def _comparisons(data: RunData, config: StatsConfig, out: Columns) -> None:
 
 def _matrix(
     data: RunData, dataset: str, axis: str, metric: str, family: str | None
-) -> tuple[list[str], np.ndarray]:
-    """(examples, (n_examples, n_models) values) over the examples every model has."""
-    per_model = [data.items.get((m, dataset, axis, metric, family), {}) for m in data.models]
-    common = sorted(set.intersection(*(set(v) for v in per_model))) if per_model else []
-    return common, np.array([[v[e] for v in per_model] for e in common]).reshape(len(common), len(per_model))
+) -> tuple[np.ndarray, np.ndarray]:
+    """(example codes, (n_examples, n_models) values) over the examples every model has."""
+    per_model = [data.items.get((m, dataset, axis, metric, family), EMPTY) for m in data.models]
+    if not per_model:
+        return EMPTY.codes, np.empty((0, 0))
+    common = shared_codes(*per_model)
+    return common, np.stack([v.on(common) for v in per_model], axis=1).reshape(len(common), len(per_model))
 
 
 def _ranks(matrix: np.ndarray, higher_is_better: bool) -> np.ndarray:
@@ -392,7 +391,7 @@ def _source_name(data: RunData, dataset: str, family: str | None, headline_famil
 def _rankings(data: RunData, config: StatsConfig, tables: StatsTables) -> None:
     models = data.models
     worst: dict[tuple[str, str], list[float]] = defaultdict(list)  # (dataset, model) -> axis ranks
-    matrices: dict[tuple[str, str, str], tuple[list[str], np.ndarray]] = {}  # (axis, metric, source)
+    matrices: dict[tuple[str, str, str], tuple[np.ndarray, np.ndarray]] = {}  # (axis, metric, source)
     for dataset in data.datasets:
         for axis, metric, family in _headline_metrics(data, dataset):
             for _, fam in _sources(data, dataset, axis, metric, family):
@@ -453,7 +452,7 @@ def _rankings(data: RunData, config: StatsConfig, tables: StatsTables) -> None:
 def _agreement(
     data: RunData,
     config: StatsConfig,
-    matrices: dict[tuple[str, str, str], tuple[list[str], np.ndarray]],
+    matrices: dict[tuple[str, str, str], tuple[np.ndarray, np.ndarray]],
     out: Columns,
 ) -> None:
     n_models = len(data.models)
@@ -571,17 +570,14 @@ def _correlations(data: RunData, config: StatsConfig, out: Columns) -> None:
     for model in data.models:
         for dataset in data.datasets:
             headline = headlines[dataset]
-            canonical = data.canonical.get((model, dataset), {})
-            series = {h: data.items.get((model, dataset, *h), {}) for h in headline}
+            canonical = data.canonical.get((model, dataset), EMPTY)
+            series = {h: data.items.get((model, dataset, *h), EMPTY) for h in headline}
             for ha, hb in itertools.combinations(headline, 2):
-                common = sorted(set(series[ha]) & set(series[hb]) & set(canonical))
+                common = shared_codes(series[ha], series[hb], canonical)
                 if len(common) < 4:
                     continue
-                x = np.array([series[ha][e] for e in common])
-                y = np.array([series[hb][e] for e in common])
-                covariates = np.array(
-                    [canonical[e] for e in common], dtype=np.float64
-                )  # (n, 2) p_gold, correct
+                x, y = series[ha].on(common), series[hb].on(common)
+                covariates = canonical.on(common)  # (n, 2) p_gold, correct
                 covariates = covariates[:, np.ptp(covariates, axis=0) > 0]
                 rx, ry = stats.rankdata(x), stats.rankdata(y)
                 res_x, res_y = partial_spearman(x, y, covariates)

@@ -15,30 +15,35 @@ tokens. Per-family scores of pair metrics are a guide to the item-level metric, 
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Callable
 
 import numpy as np
 
-from sago_fast.stats.data import RunData
+from sago_fast.stats.data import EMPTY, RunData
 
 Columns = dict[str, list]
 NON_PRESERVING = ("wrong_hint",)  # families outside every item-level pair metric, rendered on every item
 
 
-def variance_components(values: dict[str, dict[str, float]]) -> tuple[float, float, float, int]:
-    """example -> family -> value: (S_b² of the item means, S_w² mean within-item variance, mean K, items
-    with at least two families)."""
-    means, within, widths = [], [], []
-    for by_family in values.values():
-        row = np.array([v for v in by_family.values() if np.isfinite(v)])
-        if len(row) >= 2:
-            means.append(row.mean())
-            within.append(row.var(ddof=1))
-            widths.append(len(row))
-    if len(means) < 2:
-        return float("nan"), float("nan"), float("nan"), len(means)
-    return float(np.var(means, ddof=1)), float(np.mean(within)), float(np.mean(widths)), len(means)
+def variance_components(values: np.ndarray) -> tuple[float, float, float, int]:
+    """values (n_examples, n_families), NaN where an example has no score of that family: (S_b² of the item
+    means, S_w² mean within-item variance, mean K, items with at least two families)."""
+    values = np.asarray(values, dtype=np.float64)
+    if values.ndim != 2 or values.shape[1] < 2:
+        return float("nan"), float("nan"), float("nan"), 0
+    seen = np.isfinite(values)
+    widths = seen.sum(axis=1)
+    rows = values[widths >= 2]
+    if len(rows) < 2:
+        return float("nan"), float("nan"), float("nan"), len(rows)
+    means = np.nanmean(rows, axis=1)
+    within = np.nanvar(rows, axis=1, ddof=1)
+    return (
+        float(np.var(means, ddof=1)),
+        float(np.mean(within)),
+        float(np.mean(widths[widths >= 2])),
+        len(rows),
+    )
 
 
 def best_families_per_item(
@@ -66,20 +71,20 @@ def design_advice(data: RunData, headline: Callable[[RunData, str], list], out: 
             if family is not None:
                 continue
             for model in data.models:
-                per_item: dict[str, dict[str, float]] = defaultdict(dict)
-                for (m, d, a, name, fam), by_example in data.items.items():
-                    if (
-                        (m, d, a, name) == (model, dataset, axis, metric)
-                        and fam
-                        and fam not in NON_PRESERVING
-                    ):
-                        for example, value in by_example.items():
-                            per_item[example][fam] = value
+                by_family = [
+                    scores
+                    for (m, d, a, name, fam), scores in data.items.items()
+                    if (m, d, a, name) == (model, dataset, axis, metric) and fam and fam not in NON_PRESERVING
+                ]
+                codes = np.unique(np.concatenate([s.codes for s in by_family])) if by_family else EMPTY.codes
+                per_item = (
+                    np.stack([s.at(codes) for s in by_family], axis=1) if by_family else np.empty((0, 0))
+                )
                 between, within, scored, n = variance_components(per_item)
                 if n < 2:
                     continue
                 variants = _variants_per_family(data, dataset)
-                families = {key[2] for key in data.n_variants if key[0] == dataset and key[2]}
+                families = {family for (d, family) in data.n_variants if d == dataset and family}
                 k = len(families - {"canonical", *NON_PRESERVING})
                 fixed = 2.0 + variants * len(families & set(NON_PRESERVING))
                 best, cost = best_families_per_item(between, within, scored, k, (fixed, variants))
@@ -103,5 +108,8 @@ def design_advice(data: RunData, headline: Callable[[RunData, str], list], out: 
 
 def _variants_per_family(data: RunData, dataset: str) -> float:
     """k: the variants a family score rests on besides the canonical (the most common count)."""
-    counts = [n - 1 for (d, _, family), n in data.n_variants.items() if d == dataset and family]
-    return float(max(set(counts), key=counts.count)) if counts else 1.0
+    counts = [s.values for (d, family), s in data.n_variants.items() if d == dataset and family]
+    if not counts:
+        return 1.0
+    values, times = np.unique(np.concatenate(counts) - 1, return_counts=True)
+    return float(values[np.argmax(times)])

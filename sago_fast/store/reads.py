@@ -157,35 +157,62 @@ class RunReads:
             """
         )
 
-    def item_score_groups(self) -> list[Row]:
-        """model_id, dataset_id, axis, metric, family, example_ids, values: one row per figure, its examples'
-        values as two lists gathered in DuckDB (NULL values left out), so that reading a run of millions of
-        item scores makes no Python row per score."""
-        return self._rows(
+    def _arrow(self, sql: str, **params: Any) -> Any:
+        bound = {name: value for name, value in {"run": self.run_id, **params}.items() if f"${name}" in sql}
+        return self.store.query_arrow(sql, bound)
+
+    def example_ids(self) -> list[str]:
+        """Every example id with an output in the run, sorted."""
+        table = self._arrow("SELECT DISTINCT example_id FROM outputs WHERE run_id = $run ORDER BY 1")
+        return sorted(table.column("example_id").to_pylist())
+
+    def scored_models(self) -> list[str]:
+        """The model ids with outputs in the run, sorted."""
+        rows = self._rows("SELECT DISTINCT model_id FROM outputs WHERE run_id = $run ORDER BY 1")
+        return [row["model_id"] for row in rows]
+
+    def item_score_lists(self, model_id: str) -> Any:
+        """One model's item scores as a ``pyarrow.Table``: dataset_id, axis, metric, family, example_ids,
+        values, one row per figure, its examples and values as two lists gathered in DuckDB (NULL values
+        left out): a run of millions of item scores is read model by model with no Python object per score."""
+        return self._arrow(
             """
-                SELECT model_id, dataset_id, axis, metric, family,
+                SELECT dataset_id, axis, metric, family,
                        list(example_id ORDER BY example_id) AS example_ids, list(value ORDER BY example_id) AS "values"
-                FROM item_scores WHERE run_id = $run AND value IS NOT NULL GROUP BY ALL
-            """
+                FROM item_scores WHERE run_id = $run AND model_id = $model AND value IS NOT NULL GROUP BY ALL
+            """,
+            model=model_id,
         )
 
-    def canonical_outputs(self) -> list[Row]:
-        """model_id, dataset_id, example_id, replicate, correct, p_gold, option_logprobs."""
-        return self._rows(
+    def canonical_runs(self, model_id: str) -> Any:
+        """One model's canonical outputs as a ``pyarrow.Table``, one row an example that has its main run:
+        dataset_id, example_id, correct, p_gold, option_logprobs (replicate 0), p_gold_1, option_logprobs_1
+        (the replicate re-run of the same prompt, NULL where there is none)."""
+        return self._arrow(
             """
-                SELECT o.model_id, o.dataset_id, o.example_id, o.replicate, o.correct, o.p_gold, o.option_logprobs
+                SELECT o.dataset_id, o.example_id,
+                       any_value(o.correct) FILTER (WHERE o.replicate = 0) AS correct,
+                       any_value(o.p_gold) FILTER (WHERE o.replicate = 0) AS p_gold,
+                       any_value(o.option_logprobs) FILTER (WHERE o.replicate = 0) AS option_logprobs,
+                       any_value(o.p_gold) FILTER (WHERE o.replicate = 1) AS p_gold_1,
+                       any_value(o.option_logprobs) FILTER (WHERE o.replicate = 1) AS option_logprobs_1
                 FROM outputs o JOIN variants v ON v.dataset_id = o.dataset_id AND v.variant_id = o.variant_id
-                WHERE o.run_id = $run AND v.is_canonical
-            """
+                WHERE o.run_id = $run AND o.model_id = $model AND v.is_canonical
+                GROUP BY ALL HAVING bool_or(o.replicate = 0)
+            """,
+            model=model_id,
         )
 
-    def replicate_distances(self) -> list[Row]:
-        """model_id, dataset_id, example_id, value: the replicate pair, mean over layers."""
-        return self._rows(
+    def replicate_distances(self, model_id: str) -> Any:
+        """One model's replicate pair distances as a ``pyarrow.Table``: dataset_id, example_id, value (the
+        mean over layers)."""
+        return self._arrow(
             """
-                SELECT model_id, dataset_id, example_id, avg(value) AS value FROM layer_scores
-                WHERE run_id = $run AND metric = 'replicate_distance' AND pooling = 'mean' GROUP BY ALL
-            """
+                SELECT dataset_id, example_id, avg(value) AS value FROM layer_scores
+                WHERE run_id = $run AND model_id = $model AND metric = 'replicate_distance' AND pooling = 'mean'
+                GROUP BY ALL
+            """,
+            model=model_id,
         )
 
     def variant_counts(self) -> list[Row]:

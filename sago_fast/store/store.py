@@ -253,6 +253,16 @@ class Store:
             return [], []
         return [d[0] for d in cursor.description], cursor.fetchall()
 
+    def query_arrow(self, sql: str, params: Mapping[str, Any] | None = None) -> Any:
+        """Run ``sql`` with bound ``params``; the result as a ``pyarrow.Table`` (columns, no Python object per
+        value: for reads of millions of rows)."""
+        import duckdb
+
+        try:
+            return self.con.sql(sql, params=dict(params or {})).to_arrow_table()
+        except duckdb.Error as exc:
+            raise StoreError(f"SQL error: {str(exc).splitlines()[0]}") from None
+
     def statements(self, sql: str) -> list[str]:
         """``sql`` split into its statements (comments kept with the statement they precede), as DuckDB's
         own parser splits them; StoreError for text it cannot parse."""

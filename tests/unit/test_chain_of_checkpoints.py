@@ -33,8 +33,8 @@ def identical_chain(seed: int) -> RunData:
             ("confidence", "option_js"): np.minimum(rng.lognormal(-4.0, 1.5, N), np.log(2)),
         }
         for (axis, metric), per_example in values.items():
-            data.items[(model, "d", axis, metric, None)] = dict(
-                zip(examples, map(float, per_example), strict=True)
+            data.put(
+                (model, "d", axis, metric, None), dict(zip(examples, map(float, per_example), strict=True))
             )
     return data
 

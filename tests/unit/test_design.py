@@ -238,11 +238,8 @@ def test_more_families_than_an_item_has_is_refused():
 def test_variance_components_and_the_best_m():
     from sago_fast.stats.design_advice import best_families_per_item, variance_components
 
-    values = {
-        "a": {"f0": 0.1, "f1": 0.3, "f2": 0.5},
-        "b": {"f0": 0.6, "f1": 0.6, "f2": 0.9},
-        "c": {"f0": 0.2},
-    }
+    nan = float("nan")
+    values = np.array([[0.1, 0.3, 0.5], [0.6, 0.6, 0.9], [0.2, nan, nan]])  # examples a, b, c x f0..f2
     between, within, scored, n = variance_components(values)
     assert n == 2 and scored == 3  # "c" has one family: no within-item variance, left out
     assert between == pytest.approx(np.var([0.3, 0.7], ddof=1))

@@ -283,8 +283,9 @@ def planted(seed: int, n: int = 40) -> RunData:
             latent = rng.uniform(0, 1, n)
 
             def put(axis, metric, values, family=None, model=model, dataset=dataset):
-                data.items[(model, dataset, axis, metric, family)] = dict(
-                    zip(examples, map(float, values), strict=True)
+                data.put(
+                    (model, dataset, axis, metric, family),
+                    dict(zip(examples, map(float, values), strict=True)),
                 )
 
             put("generation", "answer_disagreement", level + 0.1 * latent + 0.02 * rng.normal(size=n))
@@ -293,15 +294,15 @@ def planted(seed: int, n: int = 40) -> RunData:
             put("activation", "dispersion", rng.uniform(0, 1, n))
             put("mirroring", "cue_following", rng.normal(0, 0.1, n), family="wrong_hint")
             noise = rng.uniform(0.0, 0.02, n)
-            data.replicate[(model, dataset, "dispersion_raw")] = dict(
-                zip(examples, map(float, noise), strict=True)
+            data.put_replicate(
+                (model, dataset, "dispersion_raw"), dict(zip(examples, map(float, noise), strict=True))
             )
             raw = noise + (0.02 if model == "C" else 0.0) + rng.normal(0, 0.01, n)
             put("activation", "dispersion_raw", raw)
-            data.items[(model, dataset, "accuracy", "accuracy", None)] = {e: 1.0 for e in examples}
-            data.canonical[(model, dataset)] = {
-                e: (float(rng.uniform()), bool(rng.uniform() < 0.7)) for e in examples
-            }
+            data.put((model, dataset, "accuracy", "accuracy", None), {e: 1.0 for e in examples})
+            data.put_canonical(
+                (model, dataset), {e: (float(rng.uniform()), bool(rng.uniform() < 0.7)) for e in examples}
+            )
     return data
 
 
@@ -434,9 +435,9 @@ def test_same_seed_same_tables():
 def _one_metric(metric: str, values: np.ndarray, axis: str = "generation", family=None, **extra) -> RunData:
     data = RunData("sim")
     examples = [f"e{i:03d}" for i in range(len(values))]
-    data.items[("m", "d", axis, metric, family)] = dict(zip(examples, map(float, values), strict=True))
+    data.put(("m", "d", axis, metric, family), dict(zip(examples, map(float, values), strict=True)))
     for name, per_example in extra.items():
-        data.replicate[("m", "d", name)] = dict(zip(examples, map(float, per_example), strict=True))
+        data.put_replicate(("m", "d", name), dict(zip(examples, map(float, per_example), strict=True)))
     return data
 
 
@@ -519,8 +520,7 @@ def test_replicate_nulls_are_like_for_like():
                 data = _one_metric(
                     metric, spread, "confidence", **{metric: np.abs(variants[:, 0] - replicate)}
                 )
-                for e in range(N):
-                    data.n_variants[("d", f"e{e:03d}", None)] = n_variants
+                data.put_variant_counts("d", None, {f"e{e:03d}": n_variants for e in range(N)})
                 from sago_fast.stats.compute import score_metric
 
                 row = score_metric(data, ("m", "d", "confidence", metric, None), FAST)
