@@ -39,6 +39,14 @@ def stats_command(
             "against (default: the metric catalogue's; repeatable).",
         ),
     ] = None,
+    all_pairs: Annotated[
+        bool,
+        typer.Option(
+            "--all-pairs",
+            help="Compare every pair of models (default: every pair up to 12 models; above that, a training "
+            "run's consecutive checkpoints and the pairs among the other models and each run's last one).",
+        ),
+    ] = DEFAULTS.all_pairs,
 ) -> None:
     from sago_fast.errors import InputError
     from sago_fast.stats import run_stats
@@ -52,6 +60,7 @@ def stats_command(
         alpha=alpha,
         tolerance=tolerance,
         sesoi=tuple(_sesoi(item) for item in sesoi or ()),
+        all_pairs=all_pairs,
     )
     result = run_stats(db, run_id, config)
     written = ", ".join(f"{table} {n}" for table, n in result.rows.items())

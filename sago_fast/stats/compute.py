@@ -35,6 +35,7 @@ import numpy as np
 from scipy import stats
 
 from sago_fast.axes.catalogue import metric as catalogue_metric
+from sago_fast.kernels.resampling import bootstrap_means, stream_key
 from sago_fast.stats.changes import checkpoint_changes, training_runs
 from sago_fast.stats.confidence_sequences import SEPARATION_TEST
 from sago_fast.stats.data import ACCURACY, AXES, EMPTY, Key, RunData, shared_codes
@@ -292,11 +293,36 @@ def _pair_sequence(
     return None if stored is None else (-stored[1], -stored[0])
 
 
+ALL_PAIRS_MAX_MODELS = 12  # up to this many models every pair is compared (66 pairs); above, see below
+
+
+def compared_pairs(data: RunData, config: StatsConfig) -> list[tuple[str, str]]:
+    """The model pairs ``model_comparisons`` tests, each (a, b) with a < b: every pair up to
+    ``ALL_PAIRS_MAX_MODELS`` models or with ``config.all_pairs``; above, a training run's consecutive
+    checkpoints (what ``checkpoint_changes`` reads), and every pair among the models outside training runs
+    and each training run's last checkpoint (100 checkpoints: 99 pairs, not 4,950)."""
+    models = data.models
+    if config.all_pairs or len(models) <= ALL_PAIRS_MAX_MODELS:
+        return list(itertools.combinations(models, 2))
+    present = set(models)
+    chosen: set[tuple[str, str]] = set()
+    in_runs: set[str] = set()
+    last: list[str] = []
+    for steps in training_runs(data.positions).values():
+        ordered = [model for _, model in steps if model in present]
+        in_runs.update(ordered)
+        chosen.update((min(a, b), max(a, b)) for a, b in itertools.pairwise(ordered))
+        last += ordered[-1:]
+    representatives = sorted({*last, *(m for m in models if m not in in_runs)})
+    chosen.update(itertools.combinations(representatives, 2))
+    return sorted(chosen)
+
+
 def _comparisons(data: RunData, config: StatsConfig, out: Columns) -> None:
     for dataset in data.datasets:
         metrics = _headline_metrics(data, dataset)
         flip = ("generation", "flip_rate", None)
-        for model_a, model_b in itertools.combinations(data.models, 2):
+        for model_a, model_b in compared_pairs(data, config):
             for axis, metric, family in metrics:
                 a, b = _paired(
                     data, (model_a, dataset, axis, metric, family), (model_b, dataset, axis, metric, family)
@@ -468,10 +494,10 @@ def _agreement(
                 continue
             ma, mb = matrices[(axis, metric, source_a)][1], matrices[(axis, metric, source_b)][1]
             tau, p = stats.kendalltau(ma.mean(axis=0), mb.mean(axis=0))
-            rng = np.random.default_rng([config.seed, _stream(axis, metric, source_a, source_b)])
+            stream = _stream(axis, metric, source_a, source_b)
             # item-clustered bootstrap: resample each source's examples, recompute the model means
-            ra = ma[rng.integers(0, len(ma), (config.n_resamples, len(ma)))].mean(axis=1)  # (B, n_models)
-            rb = mb[rng.integers(0, len(mb), (config.n_resamples, len(mb)))].mean(axis=1)
+            ra = bootstrap_means(ma, config.n_resamples, stream_key(config.seed, stream, 0))  # (B, n_models)
+            rb = bootstrap_means(mb, config.n_resamples, stream_key(config.seed, stream, 1))
             draws = kendall_tau_b_rows(ra, rb)
             draws = draws[np.isfinite(draws)]
             level = (1 - config.confidence) / 2

@@ -14,7 +14,9 @@ class StatsConfig:
     confidence: CI level; alpha: significance level for reversals and tables; tolerance: the stated
     tolerance discrete instability metrics are tested against (share of pairs / variants); sesoi:
     (metric, value) pairs overriding the catalogue's smallest effect of practical interest of replicate
-    nulls (``sago stats --sesoi option_js=0.01``)."""
+    nulls (``sago stats --sesoi option_js=0.01``); all_pairs: compare every pair of models, however many
+    (default: every pair up to 12 models, above that a training run's consecutive checkpoints and the
+    pairs among the other models and each run's last checkpoint: ``compute.compared_pairs``)."""
 
     n_resamples: int = 2000
     seed: int = 0
@@ -22,6 +24,7 @@ class StatsConfig:
     alpha: float = 0.05
     tolerance: float = 0.05
     sesoi: tuple[tuple[str, float], ...] = ()
+    all_pairs: bool = False
 
     def __post_init__(self) -> None:
         if any(value < 0 for _, value in self.sesoi):
