@@ -104,13 +104,23 @@ def clone_ids(ids: pa.Array | pa.ChunkedArray, replica: int) -> pa.Array | pa.Ch
     return ids if replica == 0 else pc.binary_join_element_wise(ids, pa.scalar(f"~{replica}"), "")
 
 
+CLONED_IDS = (
+    "variant_id",
+)  # ids that name an example's own rows: cloned with it, so no two clones share one
+
+
 def spread(table: pa.Table, column: str, items: int, n_base: int) -> pa.Table:
     """The rows of the source's examples repeated for every example of the grown dataset: the r-th clone
-    of example e gets e's rows under the id ``e~r``; the first ``items`` examples are kept."""
+    of example e gets e's rows under the id ``e~r`` (and its variants the ids ``v~r``); the first ``items``
+    examples are kept."""
     index = table.schema.get_field_index(column)
     parts = []
     for replica in range(-(-items // n_base)):
         part = table.set_column(index, column, clone_ids(table.column(column), replica))
+        for name in CLONED_IDS:
+            if name in table.column_names:
+                at = table.schema.get_field_index(name)
+                part = part.set_column(at, name, clone_ids(table.column(name), replica))
         kept = min(n_base, items - replica * n_base)
         if kept < n_base:  # the last clone: its first `kept` examples (in the source's id order)
             order = sorted(set(table.column(column).to_pylist()))[:kept]

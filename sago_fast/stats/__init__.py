@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from sago_fast.stats.settings import StatsConfig
 
 if TYPE_CHECKING:
+    from sago_fast import defaults
     from sago_fast.stats.compute import StatsTables, compute_stats
     from sago_fast.stats.data import RunData, load_run
 
@@ -47,6 +48,7 @@ def run_stats(
 ) -> StatsResult:
     """Compute every statistic of ``run_id`` (default: the latest finished run) and store it, replacing
     earlier statistics of that run in one transaction (running it twice gives the same tables)."""
+    from sago_fast import defaults
     from sago_fast.stats.compute import StatsTables, compute_stats
     from sago_fast.stats.data import latest_run, load_run
     from sago_fast.store import Store
@@ -55,6 +57,7 @@ def run_stats(
     if Path(db).is_file():  # before any work: statistics that could not be stored are not computed
         check_can_store(db, "the statistics")
     with Store(db, create=False) as store:  # the file is held while reading and writing, not computing
+        store.limit_memory(defaults.STATS_DB_MEMORY)
         store.mark_dead_runs()
         run = run_id or latest_run(store)
         data = load_run(store, run)

@@ -217,16 +217,21 @@ class RunReads:
 
     def variant_counts(self) -> list[Row]:
         """dataset_id, example_id, family, preserving, n (variants rendered), inclusion (the cell's inclusion
-        probability: below 1 for a sampled design's drawn family)."""
+        probability: below 1 for a sampled design's drawn family). Every model renders the same variants:
+        they are counted once, not per model."""
         return self._rows(
             """
-                SELECT o.dataset_id, o.example_id, v.family, bool_or(v.meaning_preserving) AS preserving,
-                       count(DISTINCT o.variant_id) AS n, coalesce(any_value(c.inclusion), 1.0) AS inclusion
-                FROM outputs o JOIN variants v ON v.dataset_id = o.dataset_id AND v.variant_id = o.variant_id
-                LEFT JOIN (SELECT DISTINCT run_id, dataset_id, example_id, family, inclusion FROM design_cells) c
-                    ON c.run_id = o.run_id AND c.dataset_id = o.dataset_id AND c.example_id = o.example_id
-                    AND c.family = v.family
-                WHERE o.run_id = $run AND o.replicate = 0 GROUP BY o.dataset_id, o.example_id, v.family
+                WITH rendered AS (
+                    SELECT DISTINCT dataset_id, example_id, variant_id FROM outputs WHERE run_id = $run AND replicate = 0
+                ), cells AS (
+                    SELECT dataset_id, example_id, family, any_value(inclusion) AS inclusion
+                    FROM design_cells WHERE run_id = $run GROUP BY ALL
+                )
+                SELECT r.dataset_id, r.example_id, v.family, bool_or(v.meaning_preserving) AS preserving,
+                       count(DISTINCT r.variant_id) AS n, coalesce(any_value(c.inclusion), 1.0) AS inclusion
+                FROM rendered r JOIN variants v ON v.dataset_id = r.dataset_id AND v.variant_id = r.variant_id
+                LEFT JOIN cells c ON c.dataset_id = r.dataset_id AND c.example_id = r.example_id AND c.family = v.family
+                GROUP BY r.dataset_id, r.example_id, v.family
             """
         )
 

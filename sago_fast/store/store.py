@@ -263,6 +263,11 @@ class Store:
         except duckdb.Error as exc:
             raise StoreError(f"SQL error: {str(exc).splitlines()[0]}") from None
 
+    def limit_memory(self, size: str) -> None:
+        """Cap DuckDB's memory for this connection (``size``: e.g. "1GB"): a reader that scans gigabytes
+        otherwise keeps the pages it read, up to 80% of the machine's memory."""
+        self.query("SET memory_limit = $size", {"size": size})
+
     def statements(self, sql: str) -> list[str]:
         """``sql`` split into its statements (comments kept with the statement they precede), as DuckDB's
         own parser splits them; StoreError for text it cannot parse."""
