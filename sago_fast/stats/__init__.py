@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 from sago_fast.stats.settings import StatsConfig
 
 if TYPE_CHECKING:
-    from sago_fast import defaults
     from sago_fast.stats.compute import StatsTables, compute_stats
     from sago_fast.stats.data import RunData, load_run
 
