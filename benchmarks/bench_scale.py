@@ -70,7 +70,7 @@ class Timing:
     outcome: str  # ok, or why not
 
 
-@dataclass(frozen=True)
+@dataclass
 class Size:
     checkpoints: int
     items: int
@@ -78,6 +78,7 @@ class Size:
     used_bytes: int
     rows: dict[str, int]
     timings: list[Timing]
+    report_opened: str = ""  # the report in headless Chromium
 
     @property
     def per_item_checkpoint(self) -> float:
@@ -171,9 +172,10 @@ def as_checkpoint(table: pa.Table, model_id: str, rng: np.random.Generator, **fi
 
 
 def append_checkpoints(
-    store: Store, run_id: str, model_id: str, items: int, n_base: int, start: int, stop: int
+    store: Store, run_id: str, model_id: str, dataset_id: str, items: int, n_base: int, start: int, stop: int
 ) -> None:
-    """Checkpoints ``start`` .. ``stop - 1`` of the simulated training run, one transaction each."""
+    """Checkpoints ``start`` .. ``stop - 1`` of the simulated training run, one transaction each, ending as
+    a unit's last transaction ends (its layer rows clustered)."""
     source = unit_rows(store, run_id, model_id, items, n_base)
     one = {
         table: store.con.execute(
@@ -198,6 +200,7 @@ def append_checkpoints(
         store.insert("run_units", as_checkpoint(one["run_units"], sim, rng, **unit, position=c + 1))
         for table, rows in source.items():
             store.insert(table, as_checkpoint(rows, sim, rng))
+        store.cluster_layer_rows(run_id, sim, dataset_id)  # as a unit's last transaction does
         store.query("COMMIT")
 
 
@@ -261,7 +264,29 @@ def measure(db: Path, checkpoints: int, items: int, out: Path, queries: list[str
         timings.append(timed([*sago, "query", "--db", str(db), sql], f"cookbook query {i}", out, cap_mb, 60))
     report = out / "report.html"
     rows["report_bytes"] = report.stat().st_size if report.exists() else -1
-    return Size(checkpoints, items, db.stat().st_size, used.used * used.block_size, rows, timings)
+    opened = open_in_browser(report) if report.exists() else "no report"
+    return Size(checkpoints, items, db.stat().st_size, used.used * used.block_size, rows, timings, opened)
+
+
+def open_in_browser(html: Path) -> str:
+    """The report loaded in headless Chromium (the report test's way): seconds to load and console errors."""
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        return "no chromium"
+    from playwright.sync_api import sync_playwright
+
+    errors: list[str] = []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, args=["--no-sandbox", "--disable-gpu"])
+        page = browser.new_page()
+        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        started = time.perf_counter()
+        page.goto(html.resolve().as_uri(), timeout=300_000)
+        page.wait_for_load_state("load", timeout=300_000)
+        seconds = time.perf_counter() - started
+        browser.close()
+    return f"opens in {seconds:.1f} s, {len(errors)} console errors"
 
 
 def shown(timing: Timing) -> str:
@@ -280,7 +305,7 @@ def markdown(sizes: list[Size]) -> str:
             f"| {s.checkpoints} | {s.items} | {s.bytes_on_disk / 1e6:.0f} MB | {s.per_item_checkpoint / 1e3:.1f} KB "
             f"| {s.used_bytes / 1e6:.0f} MB | {s.rows['layer_scores']:,} "
             f"| {shown(by['sago stats'])}, {by['sago stats'].peak_rss_mb:.0f} MB "
-            f"| {shown(by['sago report'])} ({s.rows['report_bytes'] / 1e6:.1f} MB) "
+            f"| {shown(by['sago report'])} ({s.rows['report_bytes'] / 1e6:.1f} MB; {s.report_opened}) "
             f"| {shown(by['sago status'])} | {shown(cook)} ({cook.what}) |"
         )
     return "\n".join(lines)
@@ -316,7 +341,7 @@ def main(argv: list[str] | None = None) -> None:
     for n in sorted(args.checkpoints):
         started = time.perf_counter()
         with Store(db) as store:
-            append_checkpoints(store, run_id, model_id, args.items, n_base, done, n)
+            append_checkpoints(store, run_id, model_id, dataset_id, args.items, n_base, done, n)
         log.info("%d checkpoints written in %.0f s", n, time.perf_counter() - started)
         done = n
         sizes.append(measure(db, n, args.items, args.out, queries, args.memory_cap_gb * 1024))

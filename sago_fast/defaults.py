@@ -21,6 +21,7 @@ SAMPLE_MEMORY_MB = 512  # kNN and CKA keep example activations up to this, then 
 DB_READ_WAIT_S = 30.0  # a reader (query, stats, report, status) waits this long for a held file, at most
 DB_WRITE_WAIT_S = 600.0  # a writer (a run's commit) waits this long, at most ($SAGO_DB_WAIT sets both)
 STATS_DB_MEMORY = "1GB"  # DuckDB's buffer while sago stats reads a run (else it keeps what it scanned)
+READER_DB_MEMORY = "1GB"  # the same for every read-only opener (sago query, report, status)
 HEARTBEAT_S = 10.0  # a writing process records that it is alive this often
 STALE_AFTER_S = 120.0  # a claim without a heartbeat for this long is taken over (its chunks are kept)
 # prompts sharing at least this many leading tokens prefill them once (runtime/prefill/shared_prefix.py)

@@ -91,7 +91,9 @@ def describe_run(run, all_units: bool = False) -> list[str]:  # type: ignore[no-
         if run.count(s)
     )
     lines.append(f"  units: {len(run.units)} ({counts or 'none planned'})")
-    eta = "" if run.eta_s is None else f"; about {_duration(run.eta_s)} left"
+    eta = f"; {run.eta_note}" if run.eta_note else ""
+    if run.eta_s is not None:
+        eta = f"; about {_duration(run.eta_s)} left"
     lines.append(f"  examples: {run.examples_done} of at most {run.examples_planned} done{eta}")
     shown = [u for u in run.units if all_units or u.state not in ("done", "stopped")]
     if not all_units:

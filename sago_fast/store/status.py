@@ -6,8 +6,9 @@ Read in one short visit to the file, so it works while runs write it.
 
 from __future__ import annotations
 
+import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from sago_fast import defaults
@@ -50,8 +51,9 @@ class UnitStatus:
 
 @dataclass(frozen=True)
 class RunStatus:
-    """One run of the file. ``eta_s``: seconds left at the rate of its committed chunks, with the live
-    processes working in parallel (None when nothing is running or nothing is measured yet)."""
+    """One run of the file. ``eta_s``: seconds left at the rate its live processes have committed examples
+    since they started, wall-clock (exports, unit ends and every process's share included); None when
+    nothing is running, nothing is measured yet, or the run is sequential (``eta_note`` says why)."""
 
     run_id: str
     status: str
@@ -60,6 +62,7 @@ class RunStatus:
     workers: tuple[WorkerStatus, ...]
     units: tuple[UnitStatus, ...]
     eta_s: float | None
+    eta_note: str = ""
 
     @property
     def examples_done(self) -> int:
@@ -76,11 +79,10 @@ class RunStatus:
 _UNITS = """
     SELECT r.position, r.checkpoint, r.dataset, r.state, r.worker_id, r.n_examples, r.error, r.takeovers,
            u.status AS done, u.stop_reason, u.n_examples AS n_done, u.n_chunks AS chunks_done,
-           c.n_chunks, c.n_examples AS ex_committed, c.seconds
+           c.n_chunks, c.n_examples AS ex_committed
     FROM run_units r
     LEFT JOIN units u ON u.run_id = r.run_id AND u.unit_id = r.unit_id
-    LEFT JOIN (SELECT run_id, unit_id, count(*) AS n_chunks, sum(n_examples) AS n_examples,
-                      sum(seconds) AS seconds
+    LEFT JOIN (SELECT run_id, unit_id, count(*) AS n_chunks, sum(n_examples) AS n_examples
                FROM unit_chunks GROUP BY run_id, unit_id) c ON c.run_id = r.run_id AND c.unit_id = r.unit_id
     WHERE r.run_id = $run ORDER BY r.position
 """
@@ -92,19 +94,24 @@ def run_status(
     """Every run of the results file ``db`` (or only ``run_id``), newest first, as it stands now."""
     with Store(db, read_only=True) as store:
         _, runs = store.query(
-            "SELECT run_id, status, created_at, command FROM runs "
+            "SELECT run_id, status, created_at, command, config_json FROM runs "
             "WHERE $run IS NULL OR run_id = $run ORDER BY created_at DESC",
             {"run": run_id},
         )
         found = []
-        for rid, status, created, command in runs:
+        for rid, status, created, command, config_json in runs:
             _, workers = store.query(
                 "SELECT worker_id, host, pid, state, heartbeat_at, command, started_at FROM workers "
                 "WHERE run_id = $run ORDER BY started_at",
                 {"run": rid},
             )
             _, units = store.query(_UNITS, {"run": rid})
-            found.append(_status(rid, status, created, command, workers, units, stale_after_s))
+            _, chunks = store.query(
+                "SELECT finished_at, n_examples FROM unit_chunks WHERE run_id = $run AND finished_at IS NOT NULL",
+                {"run": rid},
+            )
+            run = _status(rid, status, created, command, workers, units, stale_after_s)
+            found.append(_with_time_left(run, workers, chunks, _sequential(config_json)))
     return found
 
 
@@ -117,17 +124,14 @@ def _status(run_id, status, created, command, worker_rows, unit_rows, stale_afte
         workers.append(WorkerStatus(host, int(pid), cmd or "", state, not why, why, ago, started))
         names[worker_id] = f"PID {pid}"
     units = []
-    rate_examples, rate_seconds = 0, 0.0
     for row in unit_rows:
         (position, checkpoint, dataset, state, worker_id, planned, error, takeovers, done, stop_reason,
-         n_done, chunks_done, n_chunks, committed, seconds) = row  # fmt: skip
+         n_done, chunks_done, n_chunks, committed) = row  # fmt: skip
         if done == "done":
             state = "stopped" if stop_reason else "done"
             examples, chunks = int(n_done or 0), int(chunks_done or n_chunks or 0)
         else:
             examples, chunks = int(committed or 0), int(n_chunks or 0)
-        rate_examples += int(committed or 0)
-        rate_seconds += float(seconds or 0.0)
         units.append(
             UnitStatus(
                 int(position),
@@ -147,10 +151,35 @@ def _status(run_id, status, created, command, worker_rows, unit_rows, stale_afte
     killed = [w for w in workers if w.state == "working" and not w.alive]
     if status == "running" and killed and not live:  # SIGKILL, power: nobody could record it
         status = f"interrupted ({killed[-1].dead_because})"
+    return RunStatus(run_id, status, created, command or "", tuple(workers), tuple(units), None)
+
+
+def _sequential(config_json: str | None) -> bool:
+    """Whether the run's units stop on their own (``--precision``, ``--budget``, ``--until-separated``)."""
+    config = json.loads(config_json or "{}")
+    return any(config.get(name) for name in ("precision", "budget", "until_separated"))
+
+
+def _with_time_left(
+    run: RunStatus, worker_rows: list[tuple], chunk_rows: list[tuple], sequential: bool
+) -> RunStatus:
+    """``run`` with its time left: the examples still planned at the rate the live processes have
+    committed examples since the first of them started (wall-clock: a unit's export and end, and the
+    processes working side by side, are in it), or a note saying why there is none."""
+    live = [w for w in run.workers if w.alive and w.state == "working"]
+    if not live:
+        return run
+    if sequential:
+        note = "time left unknown: a sequential unit stops once its figures are known"
+        return replace(run, eta_note=note)
+    running = {(w.host, w.pid) for w in live}
+    started = [row[6] for row in worker_rows if row[6] is not None and (row[1], int(row[2])) in running]
+    since = min(started) if started else None
+    done = sum(int(n or 0) for finished, n in chunk_rows if since is None or finished >= since)
+    elapsed = (utc_now() - since).total_seconds() if since is not None else 0.0
+    if not done or elapsed <= 0:
+        return replace(run, eta_note="time left: known after the first chunk")
     left = sum(
-        max(0, u.examples_planned - u.examples_done) for u in units if u.state in ("claimed", "waiting")
+        max(0, u.examples_planned - u.examples_done) for u in run.units if u.state in ("claimed", "waiting")
     )
-    eta = None
-    if live and rate_examples and rate_seconds > 0:
-        eta = left / (rate_examples / rate_seconds) / live
-    return RunStatus(run_id, status, created, command or "", tuple(workers), tuple(units), eta)
+    return replace(run, eta_s=left * elapsed / done)

@@ -273,3 +273,59 @@ def test_a_file_with_freed_blocks_is_rewritten_without_them(tmp_path):
         store.query("CREATE TABLE staged AS SELECT range AS i FROM range(2000000)")
         store.query("DROP TABLE staged")
     assert compact(path) is None
+
+
+def test_a_finished_units_layer_rows_are_clustered_and_unchanged(tmp_path):
+    """Chunks write a unit's layer rows interleaved; its last transaction rewrites them in LAYER_ORDER
+    (one metric, pooling and family together: DuckDB then skips the others' row groups), the same rows,
+    and leaves another unit's rows where they were."""
+    from sago_fast.units.rows import UnitDone, UnitKey, unit_columns
+
+    rng = np.random.default_rng(0)
+    n = 600
+
+    def layer_rows(model):
+        rows = {
+            "run_id": ["r"] * n,
+            "model_id": [model] * n,
+            "dataset_id": ["d"] * n,
+            "example_id": [f"e{i % 7}" for i in range(n)],
+            "layer": rng.integers(0, 5, n).tolist(),
+            "pooling": rng.choice(["mean", "last"], n).tolist(),
+            "metric": rng.choice(["dispersion", "dispersion_raw", "knn_instability"], n).tolist(),
+            "family": [None if f == "none" else f for f in rng.choice(["none", "typo", "template"], n)],
+            "value": rng.random(n).tolist(),
+        }
+        return rows
+
+    with Store(tmp_path / "c.duckdb") as store:
+        store.insert("layer_scores", layer_rows("other"))
+        for _ in range(3):  # three chunks of the unit
+            store.insert("layer_scores", layer_rows("m"))
+        before = store.query("SELECT * FROM layer_scores WHERE model_id = 'm' ORDER BY ALL")[1]
+        others = store.query("SELECT * FROM layer_scores WHERE model_id = 'other' ORDER BY rowid")[1]
+        units = unit_columns(
+            UnitKey("r", "u", "m", "d"),
+            UnitDone(
+                shard=0,
+                checkpoint="c",
+                n_examples=7,
+                n_variants=7,
+                accuracy=0.5,
+                seconds=1.0,
+                provider="CPU",
+                n_chunks=3,
+            ),
+        )
+        assert store.write_unit("r", "u", {"units": units})
+        after = store.query("SELECT * FROM layer_scores WHERE model_id = 'm' ORDER BY ALL")[1]
+        assert after == before
+        assert store.query("SELECT * FROM layer_scores WHERE model_id = 'other' ORDER BY rowid")[1] == others
+        stored = store.query(
+            "SELECT family IS NOT NULL, coalesce(family, ''), pooling, metric, layer "
+            "FROM layer_scores WHERE model_id = 'm' ORDER BY rowid"
+        )[1]
+        assert stored == sorted(stored)
+        assert store.query("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'unit_layer_rows'")[
+            1
+        ] == [(0,)]
