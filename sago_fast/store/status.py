@@ -154,6 +154,9 @@ def _status(run_id, status, created, command, worker_rows, unit_rows, stale_afte
     return RunStatus(run_id, status, created, command or "", tuple(workers), tuple(units), None)
 
 
+SAY_UNDER_S = 60.0  # a time left below this is said as "under a minute"
+
+
 def _sequential(config_json: str | None) -> bool:
     """Whether the run's units stop on their own (``--precision``, ``--budget``, ``--until-separated``)."""
     config = json.loads(config_json or "{}")
@@ -163,9 +166,10 @@ def _sequential(config_json: str | None) -> bool:
 def _with_time_left(
     run: RunStatus, worker_rows: list[tuple], chunk_rows: list[tuple], sequential: bool
 ) -> RunStatus:
-    """``run`` with its time left: the examples still planned at the rate the live processes have
-    committed examples since the first of them started (wall-clock: a unit's export and end, and the
-    processes working side by side, are in it), or a note saying why there is none."""
+    """``run`` with its time left: the examples still planned at the rate the live processes committed
+    examples from the first of them starting to their last commit (wall-clock: a unit's export and end,
+    and the processes working side by side, are in it), less the time the current chunks have run since
+    that commit; or a note saying why there is none."""
     live = [w for w in run.workers if w.alive and w.state == "working"]
     if not live:
         return run
@@ -175,11 +179,22 @@ def _with_time_left(
     running = {(w.host, w.pid) for w in live}
     started = [row[6] for row in worker_rows if row[6] is not None and (row[1], int(row[2])) in running]
     since = min(started) if started else None
-    done = sum(int(n or 0) for finished, n in chunk_rows if since is None or finished >= since)
-    elapsed = (utc_now() - since).total_seconds() if since is not None else 0.0
-    if not done or elapsed <= 0:
+    mine = [(finished, int(n or 0)) for finished, n in chunk_rows if since is None or finished >= since]
+    done = sum(n for _, n in mine)
+    if not done or since is None:
         return replace(run, eta_note="time left: known after the first chunk")
     left = sum(
         max(0, u.examples_planned - u.examples_done) for u in run.units if u.state in ("claimed", "waiting")
     )
-    return replace(run, eta_s=left * elapsed / done)
+    if not left:
+        return replace(run, eta_note="every example done: finishing (statistics)")
+    last = max(finished for finished, _ in mine)
+    per_example = max((last - since).total_seconds(), 1e-3) / done
+    eta = left * per_example - (utc_now() - last).total_seconds()
+    if eta <= 0:
+        return replace(
+            run, eta_note="time left: any moment now (the current chunks run over the rate so far)"
+        )
+    if eta < SAY_UNDER_S:  # the run's end (its statistics) is not in the rate: no false precision
+        return replace(run, eta_note="under a minute left")
+    return replace(run, eta_s=eta)

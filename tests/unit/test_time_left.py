@@ -31,8 +31,22 @@ def test_time_left_is_the_wall_clock_rate_since_the_live_processes_started():
         (started + timedelta(seconds=90), 25),
     ]
     left = _with_time_left(run, workers, chunks, sequential=False)
-    # 50 examples in ~100 s, 150 left (50 of ckpt-b, 100 of ckpt-c): ~300 s
-    assert left.eta_s == pytest.approx(300, rel=0.05)
+    # 50 examples in the 90 s to the last commit, 150 left (50 of ckpt-b, 100 of ckpt-c): 270 s from that
+    # commit, which was 10 s ago
+    assert left.eta_s == pytest.approx(260, abs=2)
+    # no commit for a while: the time left counts down rather than growing as the rate would fall
+    later = [(started - timedelta(seconds=30), 100), (started + timedelta(seconds=50), 25), (started, 25)]
+    counted_down = _with_time_left(run, workers, later, sequential=False)
+    assert counted_down.eta_s == pytest.approx(150 * 50 / 50 - 50, abs=2)
+        150 * 40 / 50 - 60, abs=2
+    )
+    # running over the rate so far, or every example done: said, not a time
+    stuck = [(started - timedelta(seconds=30), 100), (started + timedelta(seconds=1), 50)]
+    assert "any moment" in _with_time_left(run, workers, stuck, sequential=False).eta_note
+    soon = [(started - timedelta(seconds=30), 100), (started + timedelta(seconds=80), 140)]
+    assert _with_time_left(run, workers, soon, sequential=False).eta_note == "under a minute left"
+    finished = RunStatus("r", "running", started, "sago run", run.workers, run.units[:1], None)
+    assert "finishing" in _with_time_left(finished, workers, chunks, sequential=False).eta_note
 
 
 def test_no_time_left_before_the_first_chunk_nor_for_a_sequential_run():
