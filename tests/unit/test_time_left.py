@@ -41,7 +41,7 @@ def test_time_left_is_the_wall_clock_rate_since_the_live_processes_started():
     # running over the rate so far, or every example done: said, not a time
     stuck = [(started - timedelta(seconds=30), 100), (started + timedelta(seconds=1), 50)]
     assert "any moment" in _with_time_left(run, workers, stuck, sequential=False).eta_note
-    soon = [(started - timedelta(seconds=30), 100), (started + timedelta(seconds=80), 140)]
+    soon = [(started - timedelta(seconds=30), 100), (started + timedelta(seconds=50), 140)]
     assert _with_time_left(run, workers, soon, sequential=False).eta_note == "under a minute left"
     finished = RunStatus("r", "running", started, "sago run", run.workers, run.units[:1], None)
     assert "finishing" in _with_time_left(finished, workers, chunks, sequential=False).eta_note
