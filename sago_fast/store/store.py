@@ -68,6 +68,11 @@ def _connect(path: str, read_only: bool, wait: float | None) -> Any:
     return connect_waiting(path, read_only, wait)
 
 
+def _as_list(values: Any) -> list[Any]:
+    """A column given as a list, a numpy array or an Arrow array, as a list of Python values."""
+    return values.to_pylist() if hasattr(values, "to_pylist") else list(values)
+
+
 def _arrow_column(values: Any) -> Any:
     """numpy arrays and Arrow arrays go in as they are (zero-copy); other sequences as lists."""
     import pyarrow as pa
@@ -370,9 +375,8 @@ class Store:
                 {"run": run_id, "unit": unit_id},
             )
             units = rows.get("units", {})
-            for model_id, dataset_id in zip(
-                units.get("model_id", ()), units.get("dataset_id", ()), strict=True
-            ):
+            ids = [_as_list(units.get(column, ())) for column in ("model_id", "dataset_id")]
+            for model_id, dataset_id in zip(*ids, strict=True):
                 self.cluster_layer_rows(run_id, model_id, dataset_id)
             self.query(  # its claim (a run on a shared file) ends with it
                 "UPDATE run_units SET state = 'done' WHERE run_id = $run AND unit_id = $unit",
