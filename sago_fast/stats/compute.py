@@ -224,8 +224,8 @@ def _null(
         counts = data.n_variants.get((dataset, family), EMPTY).at(codes)
         counts = np.where(np.isfinite(counts), counts, 2).astype(np.int64)
         # like_for_like is linear in the replicate figure: one scale per number of variants
-        scale = {int(n): like_for_like(metric, 1.0, int(n)) for n in np.unique(counts)}
-        noise = pairs * np.array([scale[int(n)] for n in counts]) if len(counts) else pairs
+        sizes, which = np.unique(counts, return_inverse=True)
+        noise = pairs * np.array([like_for_like(metric, 1.0, int(n)) for n in sizes])[which]
         seen = np.isfinite(noise)
         level = float(noise[seen].mean()) if seen.any() else float("nan")
         if seen.any() and level > sesoi:
